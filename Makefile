@@ -1,0 +1,68 @@
+# quiver — `make help` lists the targets. The two that matter on a fresh machine:
+#   make demo   build, then run SQL over a generated Parquet and CSV file
+#   make test   install what the tests need, then run every suite
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# One shared target directory outside the clone, so a fresh clone (and CI) reuses the build.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/quiver/target
+# Tests, the CLI, the demo and the Python extension share this profile: nothing builds twice.
+PROFILE ?= ci
+CARGO ?= cargo
+QUIVER := $(CARGO_TARGET_DIR)/$(PROFILE)/quiver
+DEMO_DIR := $(CURDIR)/target-demo
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Build the quiver CLI (profile $(PROFILE))
+	$(CARGO) build --profile $(PROFILE) -p quiver-cli
+
+.PHONY: demo
+demo: build ## Build, generate a small Parquet + CSV file, and query them
+	@mkdir -p $(DEMO_DIR)
+	@$(QUIVER) -q "COPY (SELECT number AS id, 'user_' || (number % 7) AS name, \
+	    CAST(number * 37 % 1000 AS DOUBLE) / 10 AS amount, \
+	    DATE '2026-01-01' + CAST(number % 90 AS INT) AS day \
+	    FROM generate_series(1, 100000) AS t(number)) TO '$(DEMO_DIR)/orders.parquet'; \
+	  COPY (SELECT * FROM (VALUES ('user_0', 'Paris'), ('user_1', 'Berlin'), ('user_2', 'Rome'), \
+	    ('user_3', 'Madrid'), ('user_4', 'Lisbon'), ('user_5', 'Vienna'), ('user_6', 'Oslo')) \
+	    AS c(name, city)) TO '$(DEMO_DIR)/customers.csv' (FORMAT csv, HEADER true)"
+	@echo "quiver -q \"SELECT c.City, count(*) AS Orders, round(sum(o.Amount), 2) AS Revenue FROM '$(DEMO_DIR)/orders.parquet' o JOIN '$(DEMO_DIR)/customers.csv' c USING (name) GROUP BY c.City ORDER BY Revenue DESC\""
+	@$(QUIVER) -f Pretty --time -q "SELECT c.City, count(*) AS Orders, round(sum(o.Amount), 2) AS Revenue \
+	    FROM '$(DEMO_DIR)/orders.parquet' o JOIN '$(DEMO_DIR)/customers.csv' c USING (name) \
+	    GROUP BY c.City ORDER BY Revenue DESC"
+
+.PHONY: fmt
+fmt: ## Format the Rust code
+	$(CARGO) fmt --all
+
+.PHONY: fmt-check
+fmt-check: ## Check formatting
+	$(CARGO) fmt --all -- --check
+
+.PHONY: clippy
+clippy: ## Lint every crate, warnings as errors
+	$(CARGO) clippy --profile $(PROFILE) --workspace --all-targets -- -D warnings
+
+.PHONY: test-rust
+test-rust: ## Rust unit tests, CLI tests and the .slt golden files
+	$(CARGO) test --profile $(PROFILE) --workspace --all-targets
+
+.PHONY: slt
+slt: ## Only the .slt golden files (FILTER=name to pick some)
+	$(CARGO) test --profile $(PROFILE) -p quiver-sqllogictest --test sqllogictests -- $(FILTER)
+
+.PHONY: slt-complete
+slt-complete: ## Rewrite the .slt expected results from quiver's output (review the diff!)
+	$(CARGO) test --profile $(PROFILE) -p quiver-sqllogictest --test sqllogictests -- $(FILTER) --complete
+
+.PHONY: test
+test: fmt-check test-rust clippy ## Everything CI runs: format check, all suites, lints
+
+.PHONY: clean
+clean: ## Remove build outputs and demo files
+	$(CARGO) clean
+	rm -rf $(DEMO_DIR)

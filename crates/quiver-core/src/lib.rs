@@ -1,0 +1,35 @@
+//! # quiver-core
+//!
+//! quiver's engine facade over [Apache DataFusion](https://datafusion.apache.org): a
+//! [`Session`] runs SQL over files, in-memory tables and persistent databases and returns a
+//! [`QueryResult`] that streams Arrow `RecordBatch`es and reports elapsed time, rows read and
+//! bytes read. Both the `quiver` CLI and the Python package are thin layers over this crate.
+//!
+//! What quiver adds to DataFusion here:
+//! * identifiers keep their case and match case-insensitively, exact match first
+//!   ([`identifiers`](crate::identifiers));
+//! * files as tables: `SELECT * FROM 'data/*.parquet'`, `read_csv(...)`, ClickHouse's
+//!   `file(path, Format)` ([`files`], [`table_functions`]);
+//! * persistent database directories of Parquet files and a JSON catalog ([`database`]);
+//! * ClickHouse's output formats and `FORMAT` clause ([`format`], [`statement`]);
+//! * DuckDB's `COPY … TO … (FORMAT …)` options;
+//! * one typed error ([`QuiverError`]) that names what is wrong.
+
+pub mod database;
+pub mod error;
+pub mod files;
+pub mod format;
+mod identifiers;
+pub mod metrics;
+pub mod result;
+pub mod session;
+pub mod statement;
+pub mod suggest;
+pub mod table_functions;
+
+pub use datafusion;
+pub use error::{QuiverError, Result};
+pub use format::{OutputFormat, QueryStats};
+pub use result::{Progress, QueryResult};
+pub use session::{Session, SessionOptions};
+pub use statement::Statement;

@@ -1,0 +1,254 @@
+//! [`Session`]: a DataFusion `SessionContext` configured the way quiver's users expect, with
+//! quiver's catalogs and functions, in memory or over a persistent database directory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::catalog::{
+    CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider,
+};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::physical_plan::execute_stream;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+
+use crate::database::{AccessMode, Database};
+use crate::error::{QuiverError, Result};
+use crate::identifiers::resolve_names;
+use crate::metrics::{instrument_scans, ScanCounters};
+use crate::result::QueryResult;
+use crate::statement::{parse_sql, Statement};
+use crate::table_functions::register_file_functions;
+
+/// The catalog every session starts in.
+pub const DEFAULT_CATALOG: &str = "quiver";
+/// The schema every session starts in; in a persistent session it is stored on disk.
+pub const DEFAULT_SCHEMA: &str = "main";
+
+/// How to open a [`Session`].
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// A persistent database directory; `None` keeps everything in memory.
+    pub database: Option<PathBuf>,
+    /// Open the database directory read-only (several processes may then share it).
+    pub read_only: bool,
+    /// Worker threads (DataFusion's target partitions); `None` uses every core.
+    pub threads: Option<usize>,
+    /// A memory limit in bytes for query execution (spilling or failing above it).
+    pub memory_limit: Option<usize>,
+}
+
+/// A quiver session: run SQL, get streaming results.
+///
+/// ```no_run
+/// # async fn demo() -> quiver_core::Result<()> {
+/// let session = quiver_core::Session::in_memory()?;
+/// let batches = session.sql("SELECT 42 AS answer").await?.collect().await?;
+/// assert_eq!(batches[0].num_rows(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    ctx: SessionContext,
+    database: Option<Arc<Database>>,
+    warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("session_id", &self.ctx.session_id())
+            .field(
+                "database",
+                &self.database.as_ref().map(|d| d.dir().to_path_buf()),
+            )
+            .finish()
+    }
+}
+
+impl Session {
+    /// An in-memory session.
+    pub fn in_memory() -> Result<Session> {
+        Session::open_sync(&SessionOptions::default())
+    }
+
+    /// Opens a session; with [`SessionOptions::database`] it replays the stored views.
+    pub async fn open(options: SessionOptions) -> Result<Session> {
+        let mut session = Session::open_sync(&options)?;
+        // A view whose tables were dropped since is skipped, not fatal: the database must stay
+        // openable (DuckDB likewise lets a view outlive its table).
+        if let Some(database) = session.database.clone() {
+            for (name, sql) in database.view_definitions() {
+                if let Err(error) = session.sql(&sql).await {
+                    session.warnings.push(format!(
+                        "view \"{name}\" of database {} could not be restored: {error}",
+                        database.dir().display()
+                    ));
+                }
+            }
+        }
+        Ok(session)
+    }
+
+    fn open_sync(options: &SessionOptions) -> Result<Session> {
+        let mut config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
+            .with_create_default_catalog_and_schema(false);
+        if let Some(threads) = options.threads {
+            config = config.with_target_partitions(threads.max(1));
+        }
+        let settings = config.options_mut();
+        // Keep identifiers as written; `identifiers.rs` resolves them ignoring case.
+        settings.sql_parser.enable_ident_normalization = false;
+        // COPY TO 'x.parquet' and file listings should behave like DuckDB's.
+        settings.execution.keep_partition_by_columns = false;
+
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = options.memory_limit {
+            runtime = runtime.with_memory_limit(limit, 1.0);
+        }
+        let runtime = runtime.build_arc().map_err(QuiverError::from)?;
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+
+        let database = match &options.database {
+            Some(dir) => {
+                let mode = if options.read_only {
+                    AccessMode::ReadOnly
+                } else {
+                    AccessMode::ReadWrite
+                };
+                Some(Database::open(dir, mode)?)
+            }
+            None => None,
+        };
+        let schema: Arc<dyn SchemaProvider> = match &database {
+            Some(database) => database.schema_provider(),
+            None => Arc::new(MemorySchemaProvider::new()),
+        };
+        let catalog = MemoryCatalogProvider::new();
+        catalog
+            .register_schema(DEFAULT_SCHEMA, schema)
+            .map_err(QuiverError::from)?;
+        ctx.register_catalog(DEFAULT_CATALOG, Arc::new(catalog));
+        register_file_functions(&ctx);
+        Ok(Session {
+            ctx,
+            database,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// The DataFusion context, for registering tables and functions from Rust.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Problems found while opening the session that did not stop it (views that could not be
+    /// restored).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The persistent database, if the session has one.
+    pub fn database(&self) -> Option<&Arc<Database>> {
+        self.database.as_ref()
+    }
+
+    /// Splits `sql` into statements without running them.
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        parse_sql(sql)
+    }
+
+    /// Runs every statement of `sql` in order and returns the last one's result (DuckDB's and
+    /// chDB's behaviour for multi-statement strings). Empty text is an error.
+    pub async fn sql(&self, sql: &str) -> Result<QueryResult> {
+        let statements = self.parse(sql)?;
+        let count = statements.len();
+        let mut last = None;
+        for (index, statement) in statements.into_iter().enumerate() {
+            let result = self.execute(&statement).await?;
+            if index + 1 < count {
+                // Earlier statements run to completion before the next starts.
+                result.collect().await?;
+            } else {
+                last = Some(result);
+            }
+        }
+        last.ok_or_else(|| QuiverError::InvalidInput("no SQL statement to run".into()))
+    }
+
+    /// Plans and starts one statement. DDL and DML take effect before this returns; a query's
+    /// rows stream from the returned [`QueryResult`].
+    pub async fn execute(&self, statement: &Statement) -> Result<QueryResult> {
+        let started = Instant::now();
+        let mut inner = statement.inner.clone();
+        if let Some(rewritten) = self.rewrite_show(&inner)? {
+            inner = rewritten;
+        }
+        self.refuse_drop_when_read_only(&inner)?;
+        resolve_names(&self.ctx, &mut inner).await?;
+        let state = self.ctx.state();
+        let plan = state
+            .statement_to_plan(inner)
+            .await
+            .map_err(QuiverError::from)?;
+        let frame = self
+            .ctx
+            .execute_logical_plan(plan)
+            .await
+            .map_err(QuiverError::from)?;
+        let task = frame.task_ctx();
+        let physical = frame
+            .create_physical_plan()
+            .await
+            .map_err(QuiverError::from)?;
+        let counters = Arc::new(ScanCounters::default());
+        let physical = instrument_scans(physical, &counters).map_err(QuiverError::from)?;
+        let stream =
+            execute_stream(Arc::clone(&physical), Arc::new(task)).map_err(QuiverError::from)?;
+        Ok(QueryResult::new(
+            stream,
+            physical,
+            counters,
+            started,
+            statement.format,
+            statement.returns_rows(),
+        ))
+    }
+
+    /// DataFusion turns any error of a schema's `deregister_table` into "doesn't exist" (and
+    /// `DROP ... IF EXISTS` into success), so a read-only database must refuse DROP up front.
+    fn refuse_drop_when_read_only(&self, statement: &DFStatement) -> Result<()> {
+        let (Some(database), DFStatement::Statement(inner)) = (&self.database, statement) else {
+            return Ok(());
+        };
+        if database.mode() == AccessMode::ReadOnly {
+            if let SqlStatement::Drop { object_type, .. } = inner.as_ref() {
+                return Err(QuiverError::InvalidInput(format!(
+                    "cannot DROP {object_type}: database {} is open read-only",
+                    database.dir().display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `SHOW TABLES` lists table names, as DuckDB's does (DataFusion's lists
+    /// information_schema rows).
+    fn rewrite_show(&self, statement: &DFStatement) -> Result<Option<DFStatement>> {
+        let DFStatement::Statement(inner) = statement else {
+            return Ok(None);
+        };
+        if let SqlStatement::ShowTables { .. } = inner.as_ref() {
+            let sql = "SELECT table_name AS name FROM information_schema.tables \
+                       WHERE table_schema <> 'information_schema' \
+                       ORDER BY table_catalog, table_schema, table_name";
+            let mut statements = parse_sql(sql)?;
+            return Ok(statements.pop().map(|s| s.inner));
+        }
+        Ok(None)
+    }
+}
