@@ -18,7 +18,7 @@ help: ## List the targets
 
 .PHONY: build
 build: ## Build the quiver CLI (profile $(PROFILE))
-	$(CARGO) build --profile $(PROFILE) -p quiver-cli
+	$(CARGO) build --profile $(PROFILE) --workspace
 
 .PHONY: demo
 demo: build ## Build, generate a small Parquet + CSV file, and query them

@@ -82,14 +82,23 @@ def run_duckdb(path: pathlib.Path, queries: list[str], runs: int) -> list[float 
 
     con = duckdb.connect()
     con.execute(f"CREATE VIEW hits AS SELECT * FROM read_parquet('{path}', binary_as_string=True)")
-    return [best_of(lambda q=q: con.execute(q).fetch_arrow_table(), runs, "duckdb", i)
-            for i, q in enumerate(queries)]
+    def fetch(query):
+        result = con.execute(query)
+        # DuckDB 2 renamed fetch_arrow_table(); both fetch the whole result as Arrow.
+        if hasattr(result, "to_arrow_table"):
+            return result.to_arrow_table()
+        return result.fetch_arrow_table()
+
+    return [best_of(lambda q=q: fetch(q), runs, "duckdb", i) for i, q in enumerate(queries)]
 
 
 def run_datafusion(path: pathlib.Path, queries: list[str], runs: int) -> list[float | None]:
     import datafusion
 
-    ctx = datafusion.SessionContext()
+    # ClickBench's queries spell columns in mixed case without quotes; stock DataFusion would
+    # lowercase them and fail, so keep identifiers as written (quiver resolves either way).
+    config = datafusion.SessionConfig().set("datafusion.sql_parser.enable_ident_normalization", "false")
+    ctx = datafusion.SessionContext(config)
     ctx.register_parquet("hits", str(path))
     return [best_of(lambda q=q: ctx.sql(q).collect(), runs, "datafusion", i)
             for i, q in enumerate(queries)]
