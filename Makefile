@@ -20,6 +20,10 @@ help: ## List the targets
 build: ## Build the quiver CLI (profile $(PROFILE))
 	$(CARGO) build --profile $(PROFILE) --workspace
 
+.PHONY: bench-build
+bench-build: ## Build the CLI with fat LTO for benchmarks (profile dist; benchmarks/ prefer it)
+	$(CARGO) build --profile dist --workspace --bins
+
 .PHONY: demo
 demo: build ## Build, generate a small Parquet + CSV file, and query them
 	@mkdir -p $(DEMO_DIR)
