@@ -1,0 +1,7 @@
+//! placeholder
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _quiver(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}
