@@ -11,6 +11,10 @@ PROFILE ?= ci
 CARGO ?= cargo
 QUIVER := $(CARGO_TARGET_DIR)/$(PROFILE)/quiver
 DEMO_DIR := $(CURDIR)/target-demo
+# The Python package: a virtualenv in the clone, the extension copied next to python/quiver.
+VENV := $(CURDIR)/.venv
+PYTHON := $(VENV)/bin/python
+EXTENSION := $(CARGO_TARGET_DIR)/$(PROFILE)/libquiver_python.so
 
 .PHONY: help
 help: ## List the targets
@@ -24,8 +28,26 @@ build: ## Build the quiver CLI (profile $(PROFILE))
 bench-build: ## Build the CLI with fat LTO for benchmarks (profile dist; benchmarks/ prefer it)
 	$(CARGO) build --profile dist --workspace --bins
 
+.PHONY: venv
+venv: $(VENV)/.installed ## Create .venv with what the Python tests and the demo need
+
+$(VENV)/.installed: python/requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r python/requirements-dev.txt
+	touch $@
+
+.PHONY: python
+python: build ## Build the extension and put it into python/quiver (an in-place install)
+	cp $(EXTENSION) python/quiver/_quiver.abi3.so
+
 .PHONY: demo
-demo: build ## Build, generate a small Parquet + CSV file, and query them
+demo: venv python ## Build, then run SQL over a pandas DataFrame joined with a Parquet file
+	@mkdir -p $(DEMO_DIR)
+	cd $(DEMO_DIR) && PYTHONPATH=$(CURDIR)/python $(PYTHON) $(CURDIR)/examples/demo.py
+
+.PHONY: demo-cli
+demo-cli: build ## The same join from the CLI, over a generated Parquet and CSV file
 	@mkdir -p $(DEMO_DIR)
 	@$(QUIVER) -q "COPY (SELECT number AS id, 'user_' || (number % 7) AS name, \
 	    CAST(number * 37 % 1000 AS DOUBLE) / 10 AS amount, \
@@ -34,7 +56,6 @@ demo: build ## Build, generate a small Parquet + CSV file, and query them
 	  COPY (SELECT * FROM (VALUES ('user_0', 'Paris'), ('user_1', 'Berlin'), ('user_2', 'Rome'), \
 	    ('user_3', 'Madrid'), ('user_4', 'Lisbon'), ('user_5', 'Vienna'), ('user_6', 'Oslo')) \
 	    AS c(name, city)) TO '$(DEMO_DIR)/customers.csv' (FORMAT csv, HEADER true)"
-	@echo "quiver -q \"SELECT c.City, count(*) AS Orders, round(sum(o.Amount), 2) AS Revenue FROM '$(DEMO_DIR)/orders.parquet' o JOIN '$(DEMO_DIR)/customers.csv' c USING (name) GROUP BY c.City ORDER BY Revenue DESC\""
 	@$(QUIVER) -f Pretty --time -q "SELECT c.City, count(*) AS Orders, round(sum(o.Amount), 2) AS Revenue \
 	    FROM '$(DEMO_DIR)/orders.parquet' o JOIN '$(DEMO_DIR)/customers.csv' c USING (name) \
 	    GROUP BY c.City ORDER BY Revenue DESC"
@@ -63,10 +84,19 @@ slt: ## Only the .slt golden files (FILTER=name to pick some)
 slt-complete: ## Rewrite the .slt expected results from quiver's output (review the diff!)
 	$(CARGO) test --profile $(PROFILE) -p quiver-sqllogictest --test sqllogictests -- $(FILTER) --complete
 
+.PHONY: test-python
+test-python: venv python ## The Python package's pytest suites
+	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests
+
+.PHONY: lint-python
+lint-python: venv ## ruff: lint and format check of the Python code
+	$(VENV)/bin/ruff check python benchmarks examples
+	$(VENV)/bin/ruff format --check python benchmarks examples
+
 .PHONY: test
-test: fmt-check test-rust clippy ## Everything CI runs: format check, all suites, lints
+test: fmt-check test-rust clippy test-python lint-python ## Everything CI runs: format checks, all suites, lints
 
 .PHONY: clean
 clean: ## Remove build outputs and demo files
 	$(CARGO) clean
-	rm -rf $(DEMO_DIR)
+	rm -rf $(DEMO_DIR) $(VENV) python/quiver/_quiver.abi3.so

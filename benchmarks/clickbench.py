@@ -62,7 +62,10 @@ def run_quiver(path: pathlib.Path, queries: list[str], runs: int) -> list[float 
         try:
             done = subprocess.run(
                 [binary, "--no-progress", "-f", "Null", "--time"],
-                input=script, capture_output=True, text=True, timeout=TIMEOUT_S,
+                input=script,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:
             print(f"  quiver Q{number}: timeout", flush=True)
@@ -82,6 +85,7 @@ def run_duckdb(path: pathlib.Path, queries: list[str], runs: int) -> list[float 
 
     con = duckdb.connect()
     con.execute(f"CREATE VIEW hits AS SELECT * FROM read_parquet('{path}', binary_as_string=True)")
+
     def fetch(query):
         result = con.execute(query)
         # DuckDB 2 renamed fetch_arrow_table(); both fetch the whole result as Arrow.
@@ -97,11 +101,15 @@ def run_datafusion(path: pathlib.Path, queries: list[str], runs: int) -> list[fl
 
     # ClickBench's queries spell columns in mixed case without quotes; stock DataFusion would
     # lowercase them and fail, so keep identifiers as written (quiver resolves either way).
-    config = datafusion.SessionConfig().set("datafusion.sql_parser.enable_ident_normalization", "false")
+    config = datafusion.SessionConfig().set(
+        "datafusion.sql_parser.enable_ident_normalization", "false"
+    )
     ctx = datafusion.SessionContext(config)
     ctx.register_parquet("hits", str(path))
-    return [best_of(lambda q=q: ctx.sql(q).collect(), runs, "datafusion", i)
-            for i, q in enumerate(queries)]
+    return [
+        best_of(lambda q=q: ctx.sql(q).collect(), runs, "datafusion", i)
+        for i, q in enumerate(queries)
+    ]
 
 
 def best_of(action, runs: int, engine: str, number: int) -> float | None:
@@ -124,8 +132,9 @@ ENGINES = {"quiver": run_quiver, "duckdb": run_duckdb, "datafusion": run_datafus
 def versions() -> dict[str, str]:
     found = {}
     try:
-        found["quiver"] = subprocess.run([quiver_binary(), "--version"], capture_output=True,
-                                         text=True).stdout.strip()
+        found["quiver"] = subprocess.run(
+            [quiver_binary(), "--version"], capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         pass
     for module in ("duckdb", "datafusion"):
@@ -155,8 +164,11 @@ def report(results: dict[str, list[float | None]], queries: list[str], rows: int
     totals = {e: sum(results[e][i] for i in both) for e in engines}
     peer_best = min((t for e, t in totals.items() if e != "quiver"), default=None)
     ratio = f"{totals['quiver'] / peer_best:.2f}" if "quiver" in totals and peer_best else ""
-    lines.append(f"| **total ({len(both)} queries all ran)** | "
-                 + " | ".join(f"**{totals[e]:.2f}**" for e in engines) + f" | **{ratio}** |")
+    lines.append(
+        f"| **total ({len(both)} queries all ran)** | "
+        + " | ".join(f"**{totals[e]:.2f}**" for e in engines)
+        + f" | **{ratio}** |"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -182,7 +194,9 @@ def chart(results: dict[str, list[float | None]], out: pathlib.Path) -> None:
         ys = [results[engine][i] or 0 for i in range(n)]
         right.bar(xs, ys, width=width, label=engine)
     right.set_yscale("log")
-    right.set_xticks([i + 0.4 for i in range(n)], [f"Q{i}" for i in range(n)], rotation=90, fontsize=7)
+    right.set_xticks(
+        [i + 0.4 for i in range(n)], [f"Q{i}" for i in range(n)], rotation=90, fontsize=7
+    )
     right.set_title("per query, seconds (log scale)")
     right.legend()
     fig.tight_layout()
@@ -211,8 +225,9 @@ def main() -> None:
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "clickbench.md").write_text(text)
-    (out / "clickbench.json").write_text(json.dumps({"rows": args.rows, "runs": args.runs,
-                                                     "results": results}, indent=1))
+    (out / "clickbench.json").write_text(
+        json.dumps({"rows": args.rows, "runs": args.runs, "results": results}, indent=1)
+    )
     chart(results, out / "clickbench.png")
 
 

@@ -45,9 +45,11 @@ def main() -> None:
     rows = []
     for label, command in [
         ("`true` (process floor)", ["true"]),
-        ("`quiver -q \"SELECT 1\"`", [binary, "-q", "SELECT 1"]),
-        ("`quiver -q \"SELECT count(*) FROM generate_series(1, 1000)\"`",
-         [binary, "-q", "SELECT count(*) FROM generate_series(1, 1000)"]),
+        ('`quiver -q "SELECT 1"`', [binary, "-q", "SELECT 1"]),
+        (
+            '`quiver -q "SELECT count(*) FROM generate_series(1, 1000)"`',
+            [binary, "-q", "SELECT count(*) FROM generate_series(1, 1000)"],
+        ),
     ]:
         samples = time_command(command, args.runs)
         rows.append((label, statistics.median(samples) * 1000, min(samples) * 1000))

@@ -26,10 +26,19 @@ use datafusion::sql::sqlparser::ast::{
 use std::sync::Arc;
 
 use crate::error::{QuiverError, Result};
+use crate::external::{ExternalTables, Registrations, EXTERNAL_SCHEMA};
 use crate::files::{file_table, FileScan};
 
 /// Rewrites `statement` in place so that DataFusion's exact-match planner resolves its names.
-pub(crate) async fn resolve_names(ctx: &SessionContext, statement: &mut DFStatement) -> Result<()> {
+///
+/// Single-part names the catalog does not know are offered to `external`; the tables it returns
+/// are registered in `registrations` (which removes them again when dropped).
+pub(crate) async fn resolve_names(
+    ctx: &SessionContext,
+    statement: &mut DFStatement,
+    external: Option<&dyn ExternalTables>,
+    registrations: &mut Registrations,
+) -> Result<()> {
     let mut collector = Collector::default();
     collect(statement, &mut collector);
 
@@ -46,10 +55,56 @@ pub(crate) async fn resolve_names(ctx: &SessionContext, statement: &mut DFStatem
         let Some(parts) = idents(&reference.name) else {
             continue;
         };
-        if parts.len() == 1 && scope.resolve_cte(&parts[0].value).is_some() {
+        if parts.len() == 1
+            && !reference.python_call
+            && scope.resolve_cte(&parts[0].value).is_some()
+        {
             continue;
         }
-        let resolved = resolve_table_name(ctx, &parts)?;
+        let resolved = if reference.python_call {
+            None
+        } else {
+            resolve_table_name(ctx, &parts)?
+        };
+        if resolved.is_none() && reference.in_from && parts.len() == 1 {
+            let written = &parts[0].value;
+            let found = match external {
+                Some(external) => external.lookup(written)?,
+                None => None,
+            };
+            match found {
+                Some(provider) => {
+                    let unique = registrations.add(Arc::clone(&provider))?;
+                    let catalog = ctx.state().config_options().catalog.default_catalog.clone();
+                    scope.renames.insert(
+                        reference.name.to_string(),
+                        vec![catalog, EXTERNAL_SCHEMA.to_string(), unique],
+                    );
+                    scope
+                        .externals
+                        .insert(reference.name.to_string(), written.clone());
+                    let qualifier = reference.alias.clone().unwrap_or_else(|| written.clone());
+                    scope.add_table(&qualifier, &provider);
+                    continue;
+                }
+                None if reference.python_call => {
+                    let candidates = external.map(|e| e.candidates()).unwrap_or_default();
+                    let suggestions = crate::suggest::closest(written, &candidates, 3);
+                    let hint = if suggestions.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; did you mean {}?",
+                            crate::suggest::quote_list(&suggestions)
+                        )
+                    };
+                    return Err(QuiverError::Catalog(format!(
+                        "Python({written}): no DataFrame, Arrow or NumPy object named \"{written}\" is in scope{hint}"
+                    )));
+                }
+                None => {}
+            }
+        }
         let exact: Vec<String> = match &resolved {
             Some(names) => names.clone(),
             None => parts.iter().map(|p| p.value.clone()).collect(),
@@ -62,7 +117,19 @@ pub(crate) async fn resolve_names(ctx: &SessionContext, statement: &mut DFStatem
                 let wanted = parts.iter().map(|p| p.value.clone()).collect::<Vec<_>>();
                 if let Some(table_ref) = table_ref_from_parts(&wanted) {
                     if let Ok(false) = ctx.table_exist(table_ref) {
-                        return Err(table_not_found(ctx, &wanted, &collector.ctes));
+                        let mut error = table_not_found(ctx, &wanted, &collector.ctes);
+                        if let (Some(external), QuiverError::Catalog(message)) =
+                            (external, &mut error)
+                        {
+                            let candidates = external.candidates();
+                            if !candidates.is_empty() {
+                                message.push_str(&format!(
+                                    " (DataFrame-like variables in scope: {})",
+                                    candidates.join(", ")
+                                ));
+                            }
+                        }
+                        return Err(error);
                     }
                 }
             }
@@ -228,6 +295,8 @@ struct TableReference {
     alias: Option<String>,
     /// Read in a FROM clause (so it must exist), rather than a DROP/INSERT target.
     in_from: bool,
+    /// Written as chDB's `Python(name)`: only an external object may match.
+    python_call: bool,
 }
 
 /// `table "ordrs" not found; did you mean "orders"?`
@@ -276,6 +345,7 @@ fn collect(statement: &DFStatement, collector: &mut Collector) {
                         name: name.clone(),
                         alias: None,
                         in_from: false,
+                        python_call: false,
                     });
                 }
             }
@@ -285,6 +355,7 @@ fn collect(statement: &DFStatement, collector: &mut Collector) {
                 name: name.clone(),
                 alias: None,
                 in_from: true,
+                python_call: false,
             }),
             CopyToSource::Query(query) => {
                 let _ = query.visit(collector);
@@ -381,6 +452,15 @@ impl Visitor for Collector {
                     self.aliases
                         .extend(alias.columns.iter().map(|c| c.name.value.clone()));
                 }
+                if let Some(object) = python_call_object(name, args.as_ref()) {
+                    self.tables.push(TableReference {
+                        name: ObjectName::from(vec![object]),
+                        alias: alias_name,
+                        in_from: true,
+                        python_call: true,
+                    });
+                    return ControlFlow::Continue(());
+                }
                 match (args, quoted_path(name)) {
                     (Some(args), _) => self.functions.push(FunctionCall {
                         name: name.to_string(),
@@ -398,6 +478,7 @@ impl Visitor for Collector {
                         name: name.clone(),
                         alias: alias_name,
                         in_from: true,
+                        python_call: false,
                     }),
                 }
             }
@@ -425,6 +506,7 @@ impl Visitor for Collector {
                     name: name.clone(),
                     alias: None,
                     in_from: false,
+                    python_call: false,
                 });
             }
         }
@@ -433,6 +515,7 @@ impl Visitor for Collector {
                 name: table_name.clone(),
                 alias: None,
                 in_from: true,
+                python_call: false,
             });
         }
         ControlFlow::Continue(())
@@ -453,6 +536,27 @@ fn collect_select_aliases(body: &SetExpr, aliases: &mut Vec<String>) {
             collect_select_aliases(right, aliases);
         }
         _ => {}
+    }
+}
+
+/// chDB's `Python(df)`: the object name it reads (a bare or quoted word).
+fn python_call_object(name: &ObjectName, args: Option<&TableFunctionArgs>) -> Option<Ident> {
+    let args = args?;
+    match name.0.as_slice() {
+        [ObjectNamePart::Identifier(ident)] if ident.value.eq_ignore_ascii_case("python") => {}
+        _ => return None,
+    }
+    match args.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(ident)))] => {
+            Some(ident.clone())
+        }
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(value)))] => match &value.value {
+            Value::SingleQuotedString(text) | Value::DoubleQuotedString(text) => {
+                Some(Ident::new(text.clone()))
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -478,6 +582,8 @@ struct Scope {
     /// Every column of every table in the statement, plus the aliases it defines.
     all_columns: BTreeSet<String>,
     extra_columns: BTreeSet<String>,
+    /// Original table name text of an external table → the name its rows are qualified by.
+    externals: BTreeMap<String, String>,
 }
 
 impl Scope {
@@ -640,6 +746,22 @@ impl VisitorMut for Rewriter<'_> {
             name, alias, args, ..
         } = factor
         {
+            if let Some(object) = python_call_object(name, args.as_ref()) {
+                *name = ObjectName::from(vec![object]);
+                *args = None;
+            }
+            if args.is_none() {
+                if let Some(written) = self.scope.externals.get(&name.to_string()) {
+                    if alias.is_none() {
+                        *alias = Some(TableAlias {
+                            explicit: true,
+                            name: Ident::with_quote('"', written.clone()),
+                            columns: Vec::new(),
+                            at: None,
+                        });
+                    }
+                }
+            }
             if let Some(path) = quoted_path(name) {
                 if args.is_none() {
                     *name = ObjectName::from(vec![Ident::new("read_auto")]);

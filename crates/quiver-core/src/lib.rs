@@ -17,6 +17,7 @@
 
 pub mod database;
 pub mod error;
+pub mod external;
 pub mod files;
 pub mod format;
 mod identifiers;
@@ -29,6 +30,7 @@ pub mod table_functions;
 
 pub use datafusion;
 pub use error::{QuiverError, Result};
+pub use external::{ExecuteOptions, ExternalTables};
 pub use format::{OutputFormat, QueryStats};
 pub use result::{Progress, QueryResult};
 pub use session::{Session, SessionOptions};

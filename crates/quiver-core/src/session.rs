@@ -16,6 +16,7 @@ use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 
 use crate::database::{AccessMode, Database};
 use crate::error::{QuiverError, Result};
+use crate::external::{ExecuteOptions, Registrations, EXTERNAL_SCHEMA};
 use crate::identifiers::resolve_names;
 use crate::metrics::{instrument_scans, ScanCounters};
 use crate::result::QueryResult;
@@ -132,6 +133,9 @@ impl Session {
         catalog
             .register_schema(DEFAULT_SCHEMA, schema)
             .map_err(QuiverError::from)?;
+        catalog
+            .register_schema(EXTERNAL_SCHEMA, Arc::new(MemorySchemaProvider::new()))
+            .map_err(QuiverError::from)?;
         ctx.register_catalog(DEFAULT_CATALOG, Arc::new(catalog));
         register_file_functions(&ctx);
         Ok(Session {
@@ -183,18 +187,37 @@ impl Session {
     /// Plans and starts one statement. DDL and DML take effect before this returns; a query's
     /// rows stream from the returned [`QueryResult`].
     pub async fn execute(&self, statement: &Statement) -> Result<QueryResult> {
+        self.execute_with(statement, ExecuteOptions::default())
+            .await
+    }
+
+    /// [`Session::execute`] with tables from the caller's scope and placeholder values.
+    pub async fn execute_with(
+        &self,
+        statement: &Statement,
+        options: ExecuteOptions<'_>,
+    ) -> Result<QueryResult> {
         let started = Instant::now();
         let mut inner = statement.inner.clone();
         if let Some(rewritten) = self.rewrite_show(&inner)? {
             inner = rewritten;
         }
         self.refuse_drop_when_read_only(&inner)?;
-        resolve_names(&self.ctx, &mut inner).await?;
+        let external_schema = self
+            .ctx
+            .catalog(DEFAULT_CATALOG)
+            .and_then(|catalog| catalog.schema(EXTERNAL_SCHEMA));
+        // Dropped at the end of this function: the plan holds the providers from then on.
+        let mut registrations = Registrations::new(external_schema);
+        resolve_names(&self.ctx, &mut inner, options.external, &mut registrations).await?;
         let state = self.ctx.state();
-        let plan = state
+        let mut plan = state
             .statement_to_plan(inner)
             .await
             .map_err(QuiverError::from)?;
+        if let Some(params) = options.params {
+            plan = plan.with_param_values(params).map_err(QuiverError::from)?;
+        }
         let frame = self
             .ctx
             .execute_logical_plan(plan)
@@ -244,7 +267,7 @@ impl Session {
         };
         if let SqlStatement::ShowTables { .. } = inner.as_ref() {
             let sql = "SELECT table_name AS name FROM information_schema.tables \
-                       WHERE table_schema <> 'information_schema' \
+                       WHERE table_schema NOT IN ('information_schema', '__external') \
                        ORDER BY table_catalog, table_schema, table_name";
             let mut statements = parse_sql(sql)?;
             return Ok(statements.pop().map(|s| s.inner));

@@ -1,7 +1,237 @@
-//! placeholder
+//! `quiver._quiver`: the Rust half of the quiver Python package. The public API is the pure
+//! Python package `quiver` (python/quiver); this module gives it a [`Connection`] over a
+//! `quiver_core::Session`, Python objects as tables ([`source`]), and results that leave
+//! through the Arrow C stream interface ([`result`]). Queries plan and run with the GIL
+//! released; Ctrl-C cancels them ([`runtime`]); errors map to `quiver.errors` ([`errors`]).
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+mod errors;
+mod params;
+mod result;
+mod runtime;
+mod source;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
 use pyo3::prelude::*;
+use pyo3::types::PyList;
+use quiver_core::datafusion::catalog::TableProvider;
+use quiver_core::datafusion::common::TableReference;
+use quiver_core::{ExecuteOptions, ExternalTables, QuiverError, Session, SessionOptions};
+
+use crate::errors::{invalid_input, to_py};
+use crate::result::ResultHandle;
+use crate::source::PythonTable;
+
+/// A quiver session (`quiver.connect()` wraps it).
+#[pyclass(module = "quiver._quiver", frozen)]
+struct Connection {
+    session: Session,
+}
+
+/// Resolves unknown table names through the Python-side resolver (which walks the caller's
+/// frames). A Python exception raised while converting an object is kept and re-raised as is.
+struct PyResolver {
+    resolver: Py<PyAny>,
+    error: Mutex<Option<PyErr>>,
+}
+
+impl PyResolver {
+    fn keep(&self, error: PyErr) -> QuiverError {
+        let message = Python::attach(|py| error.value(py).to_string());
+        if let Ok(mut slot) = self.error.lock() {
+            slot.get_or_insert(error);
+        }
+        QuiverError::Conversion(message)
+    }
+
+    fn take_error(&self) -> Option<PyErr> {
+        self.error.lock().ok().and_then(|mut slot| slot.take())
+    }
+}
+
+impl ExternalTables for PyResolver {
+    fn lookup(&self, name: &str) -> quiver_core::Result<Option<Arc<dyn TableProvider>>> {
+        Python::attach(|py| {
+            let object = self
+                .resolver
+                .call_method1(py, "lookup", (name,))
+                .map_err(|e| self.keep(e))?;
+            if object.is_none(py) {
+                return Ok(None);
+            }
+            let table = PythonTable::from_python(py, object.bind(py)).map_err(|e| self.keep(e))?;
+            Ok(Some(Arc::new(table) as Arc<dyn TableProvider>))
+        })
+    }
+
+    fn candidates(&self) -> Vec<String> {
+        Python::attach(|py| {
+            self.resolver
+                .call_method0(py, "candidates")
+                .and_then(|names| names.extract::<Vec<String>>(py))
+                .unwrap_or_default()
+        })
+    }
+}
+
+#[pymethods]
+impl Connection {
+    #[new]
+    #[pyo3(signature = (database=None, read_only=false, threads=None))]
+    fn new(
+        py: Python<'_>,
+        database: Option<PathBuf>,
+        read_only: bool,
+        threads: Option<usize>,
+    ) -> PyResult<Connection> {
+        let options = SessionOptions {
+            database,
+            read_only,
+            threads,
+            memory_limit: None,
+        };
+        let session = runtime::wait(
+            py,
+            async move { Session::open(options).await.map_err(to_py) },
+        )?;
+        Ok(Connection { session })
+    }
+
+    /// Runs every statement of `sql`; returns the last one's result. `params` fills `$name` /
+    /// `$1` placeholders; `resolver` finds Python objects for unknown table names.
+    #[pyo3(signature = (sql, params=None, resolver=None))]
+    fn execute(
+        &self,
+        py: Python<'_>,
+        sql: &str,
+        params: Option<Bound<'_, PyAny>>,
+        resolver: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<ResultHandle> {
+        let statements = self.session.parse(sql).map_err(to_py)?;
+        let params = match params {
+            Some(params) if !params.is_none() => Some(params::to_param_values(&params)?),
+            _ => None,
+        };
+        let resolver = resolver.map(|r| PyResolver {
+            resolver: r.unbind(),
+            error: Mutex::new(None),
+        });
+        let session = self.session.clone();
+        let resolver_ref = resolver.as_ref();
+        let outcome = runtime::wait(py, async move {
+            let count = statements.len();
+            let mut last = None;
+            for (index, statement) in statements.iter().enumerate() {
+                let options = ExecuteOptions {
+                    external: resolver_ref.map(|r| r as &dyn ExternalTables),
+                    params: params.clone(),
+                };
+                let result = session.execute_with(statement, options).await;
+                let result = match result {
+                    Ok(result) => result,
+                    Err(error) => return Ok(Err(error)),
+                };
+                if index + 1 < count || !result.returns_rows() {
+                    // Statements before the last, and DDL/DML, run to completion now.
+                    let schema = result.schema();
+                    let format = result.format();
+                    let returns_rows = result.returns_rows();
+                    match result.collect().await {
+                        Ok(_) if index + 1 == count => {
+                            last = Some(Err((schema, format, returns_rows)));
+                        }
+                        Ok(_) => {}
+                        Err(error) => return Ok(Err(error)),
+                    }
+                } else {
+                    last = Some(Ok(result));
+                }
+            }
+            Ok(Ok(last))
+        })?;
+        let last = match outcome {
+            Ok(last) => last,
+            Err(error) => {
+                if let Some(original) = resolver.as_ref().and_then(|r| r.take_error()) {
+                    return Err(original);
+                }
+                return Err(to_py(error));
+            }
+        };
+        match last {
+            Some(Ok(result)) => Ok(ResultHandle::new(result)),
+            Some(Err((schema, format, returns_rows))) => {
+                Ok(ResultHandle::finished(schema, format, returns_rows))
+            }
+            None => Err(invalid_input("no SQL statement to run".into())),
+        }
+    }
+
+    /// Makes `object` (a DataFrame, Arrow table, NumPy array, ...) queryable as `name` until
+    /// unregistered; replaces an earlier registration of that name.
+    fn register(&self, py: Python<'_>, name: &str, object: Bound<'_, PyAny>) -> PyResult<()> {
+        let table = PythonTable::from_python(py, &object)?;
+        let ctx = self.session.context();
+        let reference = TableReference::bare(name);
+        let _ = ctx.deregister_table(reference.clone());
+        ctx.register_table(reference, Arc::new(table))
+            .map_err(|e| to_py(QuiverError::from(e)))?;
+        Ok(())
+    }
+
+    /// Removes a registered object (no error if there is none, as in DuckDB).
+    fn unregister(&self, name: &str) -> PyResult<()> {
+        let ctx = self.session.context();
+        ctx.deregister_table(TableReference::bare(name))
+            .map_err(|e| to_py(QuiverError::from(e)))?;
+        Ok(())
+    }
+
+    /// Names of the tables and views in the default schema.
+    fn table_names(&self) -> Vec<String> {
+        let ctx = self.session.context();
+        let state = ctx.state();
+        let defaults = &state.config_options().catalog;
+        ctx.catalog(&defaults.default_catalog)
+            .and_then(|c| c.schema(&defaults.default_schema))
+            .map(|s| {
+                let mut names = s.table_names();
+                names.sort();
+                names
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Whether strings are read without the GIL (false if the layout self-check failed).
+#[pyfunction]
+fn _direct_strings(py: Python<'_>) -> bool {
+    source::strings::direct_path_enabled(py)
+}
+
+/// The table a Python object becomes, for tests: (column names, Arrow type names).
+#[pyfunction]
+fn _describe_source(py: Python<'_>, object: Bound<'_, PyAny>) -> PyResult<Py<PyList>> {
+    let table = PythonTable::from_python(py, &object)?;
+    let schema = table.schema();
+    let pairs: Vec<(String, String)> = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().to_string()))
+        .collect();
+    Ok(PyList::new(py, pairs)?.unbind())
+}
 
 #[pymodule]
-fn _quiver(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Connection>()?;
+    m.add_class::<ResultHandle>()?;
+    m.add_function(wrap_pyfunction!(_direct_strings, m)?)?;
+    m.add_function(wrap_pyfunction!(_describe_source, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

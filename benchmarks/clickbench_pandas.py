@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""ClickBench's 43 queries over one in-memory pandas DataFrame: quiver vs chDB vs DuckDB vs
+DataFusion (Python) vs Polars, in one run.
+
+    python benchmarks/clickbench_pandas.py [--rows 5000000] [--runs 3] [--variants str,object]
+
+The frame is ../shared/bench/gen_hits.py's `hits` loaded with `pd.read_parquet` (EventDate as
+datetime64). Two variants: pandas' default strings (`str`, Arrow-backed in pandas 3) and every
+string column as Python objects (`astype(object)`, as pandas 2 users have them). Each engine
+runs in its own process over its own copy of the frame. Per query: the first run (which
+includes whatever conversion or registration the engine does: chDB, DuckDB and quiver scan
+the frame in place on every query, DataFusion and Polars convert it once, before their first
+query, and that time is added to their first query) and the best of `--runs` hot runs; every
+run fetches the whole result as Arrow (Polars: a polars DataFrame).
+Results: benchmarks/results/clickbench_pandas.{md,json,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared" / "bench"
+RESULTS = HERE / "results"
+ENGINES = ["quiver", "chdb", "duckdb", "datafusion", "polars"]
+
+
+def load_queries() -> list[str]:
+    text = (SHARED / "clickbench_queries.sql").read_text()
+    return [line.strip().rstrip(";") for line in text.splitlines() if line.strip()]
+
+
+def load_frame(rows: int, variant: str):
+    import pandas as pd
+
+    path = HERE / "data" / f"hits_{rows}.parquet"
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        subprocess.run(
+            [sys.executable, str(SHARED / "gen_hits.py"), "--rows", str(rows), "--out", str(path)],
+            check=True,
+        )
+    hits = pd.read_parquet(path)
+    hits["EventDate"] = pd.to_datetime(hits["EventDate"])
+    for name in hits.columns:
+        dtype = hits[name].dtype
+        if dtype is object or str(dtype) == "object" or isinstance(dtype, pd.StringDtype):
+            if variant == "object":
+                hits[name] = hits[name].astype(object)
+    return hits
+
+
+def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) -> dict:
+    hits = load_frame(rows, variant)
+    queries = load_queries()
+    setup = 0.0
+    if engine == "quiver":
+        sys.path.insert(0, str(HERE.parent / "python"))
+        import quiver
+
+        con = quiver.connect()
+
+        def run(q):
+            return con.sql(q).arrow()
+
+    elif engine == "chdb":
+        import chdb
+
+        def run(q):
+            return chdb.query(q.replace("FROM hits", "FROM Python(hits)"), "ArrowTable")
+
+    elif engine == "duckdb":
+        import duckdb
+
+        con = duckdb.connect()
+
+        def run(q):
+            result = con.sql(q)
+            if result is None:
+                return None
+            return result.to_arrow_table() if hasattr(result, "to_arrow_table") else result.arrow()
+
+    elif engine == "datafusion":
+        import datafusion
+
+        config = datafusion.SessionConfig().set(
+            "datafusion.sql_parser.enable_ident_normalization", "false"
+        )
+        ctx = datafusion.SessionContext(config)
+        started = time.perf_counter()
+        ctx.from_pandas(hits, "hits")
+        setup = time.perf_counter() - started
+
+        def run(q):
+            return ctx.sql(q).collect()
+
+    elif engine == "polars":
+        import polars as pl
+
+        started = time.perf_counter()
+        frame = pl.from_pandas(hits)
+        sql = pl.SQLContext(hits=frame)
+        setup = time.perf_counter() - started
+
+        def run(q):
+            return sql.execute(q).collect()
+
+    else:
+        raise SystemExit(f"unknown engine {engine}")
+
+    first: list[float | None] = []
+    hot: list[float | None] = []
+    for number in numbers:
+        query = queries[number]
+        times = []
+        try:
+            for _ in range(runs + 1):
+                started = time.perf_counter()
+                run(query)
+                times.append(time.perf_counter() - started)
+        except Exception as error:  # a failure is reported, not fatal
+            print(f"  {engine}/{variant} Q{number}: failed: {str(error)[:160]}", file=sys.stderr)
+            first.append(None)
+            hot.append(None)
+            continue
+        first.append(times[0] + (setup if not first or all(f is None for f in first) else 0.0))
+        hot.append(min(times[1:]))
+    return {"first": first, "hot": hot, "setup": setup}
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for module in ("chdb", "duckdb", "datafusion", "polars", "pandas", "pyarrow"):
+        try:
+            found[module] = __import__(module).__version__
+        except Exception:
+            pass
+    return found
+
+
+def report(results: dict, numbers: list[int], rows: int, runs: int) -> str:
+    lines = [
+        f"ClickBench over a {rows:,}-row in-memory pandas DataFrame: best of {runs} hot runs and the "
+        "first run (with conversion/registration), seconds, lower is better; "
+        "ratio = quiver / best peer that ran the query.",
+        "",
+    ]
+    for variant, engines in results.items():
+        names = list(engines)
+        lines += [f"### strings as `{variant}`", ""]
+        lines.append("| query | " + " | ".join(names) + " | ratio |")
+        lines.append("|---|" + "---:|" * (len(names) + 1))
+        for k, number in enumerate(numbers):
+            cells = []
+            for name in names:
+                value = engines[name]["hot"][k]
+                cells.append("fail" if value is None else f"{value:.3f}")
+            mine = engines.get("quiver", {}).get("hot", [None] * len(numbers))[k]
+            peers = [
+                engines[n]["hot"][k]
+                for n in names
+                if n != "quiver" and engines[n]["hot"][k] is not None
+            ]
+            ratio = f"{mine / min(peers):.2f}" if mine is not None and peers else ""
+            lines.append(f"| Q{number} | " + " | ".join(cells) + f" | {ratio} |")
+        for kind in ("hot", "first"):
+            common = [
+                k
+                for k in range(len(numbers))
+                if all(engines[n][kind][k] is not None for n in names)
+            ]
+            totals = {n: sum(engines[n][kind][k] for k in common) for n in names}
+            peer = min((t for n, t in totals.items() if n != "quiver"), default=None)
+            ratio = f"{totals['quiver'] / peer:.2f}" if "quiver" in totals and peer else ""
+            lines.append(
+                f"| **{kind} total ({len(common)} queries all ran)** | "
+                + " | ".join(f"**{totals[n]:.2f}**" for n in names)
+                + f" | **{ratio}** |"
+            )
+        # Against each peer, over the queries both ran.
+        lines.append("")
+        for name in names:
+            if name == "quiver" or "quiver" not in engines:
+                continue
+            common = [
+                k
+                for k in range(len(numbers))
+                if engines["quiver"]["hot"][k] is not None and engines[name]["hot"][k] is not None
+            ]
+            mine = sum(engines["quiver"]["hot"][k] for k in common)
+            theirs = sum(engines[name]["hot"][k] for k in common)
+            if theirs:
+                lines.append(
+                    f"- vs {name}: quiver {mine:.2f} s, {name} {theirs:.2f} s over the {len(common)} "
+                    f"queries both ran (ratio {mine / theirs:.2f})"
+                )
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict, numbers: list[int], out: pathlib.Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    variants = list(results)
+    fig, axes = plt.subplots(len(variants), 1, figsize=(15, 4.5 * len(variants)), squeeze=False)
+    for ax, variant in zip(axes[:, 0], variants):
+        engines = results[variant]
+        width = 0.8 / len(engines)
+        for j, (name, data) in enumerate(engines.items()):
+            xs = [i + j * width for i in range(len(numbers))]
+            ax.bar(xs, [v or 0 for v in data["hot"]], width=width, label=name)
+        ax.set_yscale("log")
+        ax.set_xticks(
+            [i + 0.4 for i in range(len(numbers))], [f"Q{n}" for n in numbers], fontsize=7
+        )
+        ax.set_title(f"ClickBench over a pandas DataFrame, strings as {variant}: hot seconds (log)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--variants", default="str,object")
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--queries", default=None, help="comma-separated query numbers")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    count = len(load_queries())
+    numbers = [int(n) for n in args.queries.split(",")] if args.queries else list(range(count))
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.variant, args.rows, args.runs, numbers)))
+        return
+    results: dict = {}
+    for variant in args.variants.split(","):
+        results[variant] = {}
+        for engine in args.engines.split(","):
+            print(f"{engine} / {variant} ...", flush=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    engine,
+                    "--variant",
+                    variant,
+                    "--rows",
+                    str(args.rows),
+                    "--runs",
+                    str(args.runs),
+                    "--queries",
+                    ",".join(map(str, numbers)),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            sys.stderr.write(done.stderr[-4000:])
+            if done.returncode != 0:
+                print(f"  {engine} failed: exit {done.returncode}", flush=True)
+                continue
+            results[variant][engine] = json.loads(done.stdout.strip().splitlines()[-1])
+    RESULTS.mkdir(exist_ok=True)
+    text = report(results, numbers, args.rows, args.runs)
+    text += "\nVersions: " + ", ".join(f"{k} {v}" for k, v in versions().items()) + "\n"
+    print(text)
+    (RESULTS / "clickbench_pandas.md").write_text(text)
+    (RESULTS / "clickbench_pandas.json").write_text(
+        json.dumps({"rows": args.rows, "runs": args.runs, "queries": numbers, "results": results})
+    )
+    chart(results, numbers, RESULTS / "clickbench_pandas.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+//! One tokio runtime for the extension, and the one way Python waits for it: with the GIL
+//! released, checking for Ctrl-C every 100 ms.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use tokio::runtime::Runtime;
+
+use crate::errors::internal_error;
+
+static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
+
+/// The runtime that executes every query of every connection in this process.
+pub fn runtime() -> PyResult<&'static Runtime> {
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .thread_name("quiver-worker")
+                .enable_all()
+                .build()
+                .map_err(|error| error.to_string())
+        })
+        .as_ref()
+        .map_err(|error| internal_error(format!("cannot start the query runtime: {error}")))
+}
+
+/// How often a waiting query looks for KeyboardInterrupt.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// Runs `future` to completion with the GIL released, so other Python threads keep running.
+/// A pending signal (Ctrl-C) drops the future — which cancels the query — and raises the
+/// signal handler's exception (KeyboardInterrupt).
+pub fn wait<F, T>(py: Python<'_>, future: F) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send,
+    T: Send,
+{
+    let runtime = runtime()?;
+    py.detach(|| {
+        runtime.block_on(async {
+            tokio::pin!(future);
+            loop {
+                tokio::select! {
+                    output = &mut future => return output,
+                    _ = tokio::time::sleep(SIGNAL_POLL) => {
+                        Python::attach(|py| py.check_signals())?;
+                    }
+                }
+            }
+        })
+    })
+}

@@ -1,0 +1,669 @@
+//! Python objects as tables: pandas DataFrames, NumPy arrays, dicts of arrays or lists, and
+//! anything that speaks the Arrow PyCapsule protocol (pyarrow, polars, ...).
+//!
+//! `quiver/_sources.py` (pure Python, so it follows pandas' API rather than its internals)
+//! turns the object into column specs; this module wraps each column's memory as Arrow
+//! without copying and serves the rows as a DataFusion table: in morsels of up to 100K rows
+//! spread over parallel partitions, reading only the projected columns, stopping at a LIMIT.
+//! Object columns of `str`/`bytes` are decoded per morsel on worker threads without the GIL
+//! ([`strings`]), straight into string views.
+
+pub mod arrays;
+pub mod strings;
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, RecordBatchReader};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
+use async_trait::async_trait;
+use datafusion::catalog::{Session as CatalogSession, TableProvider};
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::Statistics;
+use datafusion::datasource::TableType;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyList, PyTuple};
+use quiver_core::QuiverError;
+
+use arrays::PyOwner;
+use strings::ObjectKind;
+
+use crate::errors::conversion_error;
+
+/// Rows per morsel: big enough that per-batch overhead vanishes, small enough to balance work.
+pub const MORSEL_ROWS: usize = 100_000;
+
+/// One column's data.
+enum ColumnData {
+    /// Arrow arrays covering consecutive rows; `starts[i]` is the first row of `arrays[i]`.
+    Chunks {
+        arrays: Vec<ArrayRef>,
+        starts: Vec<usize>,
+    },
+    /// A NumPy object array of `str` or `bytes`, decoded per morsel.
+    Objects {
+        address: usize,
+        len: usize,
+        kind: ObjectKind,
+        nulls: Vec<usize>,
+        _owner: Arc<PyOwner>,
+    },
+}
+
+struct Inner {
+    description: String,
+    schema: SchemaRef,
+    columns: Vec<ColumnData>,
+    num_rows: usize,
+    morsels: Vec<(usize, usize)>,
+    _owner: PyOwner,
+}
+
+/// A Python object as a DataFusion table.
+pub struct PythonTable {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for PythonTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PythonTable")
+            .field("source", &self.inner.description)
+            .field("rows", &self.inner.num_rows)
+            .finish()
+    }
+}
+
+/// The type a table exposes for an array type: strings as views (DataFusion's fastest string
+/// path), everything else unchanged.
+fn exposed_type(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+        other => other.clone(),
+    }
+}
+
+impl PythonTable {
+    /// Builds a table from any supported Python object (the GIL is held).
+    pub fn from_python(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<PythonTable> {
+        let sources = py.import("quiver._sources")?;
+        let normalized = sources.call_method1("normalize", (object,))?;
+        let normalized = normalized.cast::<PyTuple>()?;
+        let tag: String = normalized.get_item(0)?.extract()?;
+        let description: String = normalized.get_item(1)?.extract()?;
+        match tag.as_str() {
+            "stream" => PythonTable::from_stream(object, description, &normalized.get_item(2)?),
+            "columns" => {
+                let num_rows: usize = normalized.get_item(2)?.extract()?;
+                let specs = normalized.get_item(3)?;
+                let specs = specs.cast::<PyList>()?;
+                PythonTable::from_columns(py, object, description, num_rows, specs)
+            }
+            other => Err(conversion_error(format!("unknown source kind {other}"))),
+        }
+    }
+
+    fn from_stream(
+        object: &Bound<'_, PyAny>,
+        description: String,
+        producer: &Bound<'_, PyAny>,
+    ) -> PyResult<PythonTable> {
+        let capsule = producer.call_method0("__arrow_c_stream__")?;
+        let capsule = capsule.cast::<PyCapsule>()?;
+        let pointer = capsule
+            .pointer_checked(Some(c"arrow_array_stream"))
+            .map_err(|_| conversion_error("expected an \"arrow_array_stream\" capsule".into()))?
+            .as_ptr() as *mut FFI_ArrowArrayStream;
+        // SAFETY: an "arrow_array_stream" capsule holds a valid stream; from_raw moves it out
+        // and marks the original released, so the capsule's destructor does not free it twice.
+        let reader = unsafe { ArrowArrayStreamReader::from_raw(pointer) }
+            .map_err(|e| conversion_error(format!("invalid Arrow stream: {e}")))?;
+        let stream_schema = reader.schema();
+        let mut batches = Vec::new();
+        for batch in reader {
+            batches.push(
+                batch.map_err(|e| conversion_error(format!("reading the Arrow stream: {e}")))?,
+            );
+        }
+        let mut columns = Vec::with_capacity(stream_schema.fields().len());
+        let mut fields = Vec::with_capacity(stream_schema.fields().len());
+        let mut starts = Vec::with_capacity(batches.len());
+        let mut rows = 0;
+        for batch in &batches {
+            starts.push(rows);
+            rows += batch.num_rows();
+        }
+        for (index, field) in stream_schema.fields().iter().enumerate() {
+            let arrays = batches
+                .iter()
+                .map(|b| Arc::clone(b.column(index)))
+                .collect();
+            columns.push(ColumnData::Chunks {
+                arrays,
+                starts: starts.clone(),
+            });
+            fields.push(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(exposed_type(field.data_type())),
+            );
+        }
+        // Morsels follow the batches (no copies at chunk boundaries), split when too large.
+        let mut morsels = Vec::new();
+        for batch in &batches {
+            let start = morsels
+                .last()
+                .map(|(s, l): &(usize, usize)| s + l)
+                .unwrap_or(0);
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                let len = MORSEL_ROWS.min(batch.num_rows() - offset);
+                morsels.push((start + offset, len));
+                offset += len;
+            }
+        }
+        Ok(PythonTable {
+            inner: Arc::new(Inner {
+                description,
+                schema: Arc::new(Schema::new_with_metadata(
+                    fields,
+                    stream_schema.metadata().clone(),
+                )),
+                columns,
+                num_rows: rows,
+                morsels,
+                _owner: PyOwner::new(object),
+            }),
+        })
+    }
+
+    fn from_columns(
+        py: Python<'_>,
+        object: &Bound<'_, PyAny>,
+        description: String,
+        num_rows: usize,
+        specs: &Bound<'_, PyList>,
+    ) -> PyResult<PythonTable> {
+        let mut fields = Vec::with_capacity(specs.len());
+        let mut columns = Vec::with_capacity(specs.len());
+        let mut names = std::collections::HashSet::new();
+        for spec in specs.iter() {
+            let spec = spec.cast::<PyTuple>()?;
+            let name: String = spec.get_item(1)?.extract()?;
+            if !names.insert(name.clone()) {
+                return Err(crate::errors::invalid_input(format!(
+                    "duplicate column name \"{name}\": rename the columns so each is unique"
+                )));
+            }
+            let (column, data_type) = column_from_spec(py, &name, spec)?;
+            let len = column_len(&column);
+            if len != num_rows {
+                return Err(conversion_error(format!(
+                    "column \"{name}\" has {len} rows, the table {num_rows}"
+                )));
+            }
+            fields.push(Field::new(&name, data_type, true));
+            columns.push(column);
+        }
+        let morsels = (0..num_rows)
+            .step_by(MORSEL_ROWS)
+            .map(|start| (start, MORSEL_ROWS.min(num_rows - start)))
+            .collect();
+        Ok(PythonTable {
+            inner: Arc::new(Inner {
+                description,
+                schema: Arc::new(Schema::new(fields)),
+                columns,
+                num_rows,
+                morsels,
+                _owner: PyOwner::new(object),
+            }),
+        })
+    }
+}
+
+fn column_len(column: &ColumnData) -> usize {
+    match column {
+        ColumnData::Chunks { arrays, starts } => match (arrays.last(), starts.last()) {
+            (Some(array), Some(start)) => start + array.len(),
+            _ => 0,
+        },
+        ColumnData::Objects { len, .. } => *len,
+    }
+}
+
+/// One column spec from `_sources.py` → its data and the type the table exposes.
+fn column_from_spec(
+    py: Python<'_>,
+    name: &str,
+    spec: &Bound<'_, PyTuple>,
+) -> PyResult<(ColumnData, DataType)> {
+    let kind: String = spec.get_item(0)?.extract()?;
+    let single = |array: ArrayRef| {
+        let data_type = exposed_type(array.data_type());
+        (
+            ColumnData::Chunks {
+                arrays: vec![array],
+                starts: vec![0],
+            },
+            data_type,
+        )
+    };
+    match kind.as_str() {
+        // ("numpy", name, array, mask, tz, nan_as_null)
+        "numpy" => {
+            let mask = spec.get_item(3)?;
+            let tz: Option<String> = spec.get_item(4)?.extract()?;
+            let nan_as_null: bool = spec.get_item(5)?.extract()?;
+            let array =
+                arrays::numpy_array(name, &spec.get_item(2)?, Some(&mask), tz, nan_as_null)?;
+            Ok(single(array))
+        }
+        // ("objects", name, array, "str" | "bytes", [null sentinels])
+        "objects" => {
+            let array = spec.get_item(2)?;
+            let view = arrays::NumpyView::new(name, &array)?;
+            if !view.typestr.ends_with('O') {
+                return Err(conversion_error(format!(
+                    "column \"{name}\": expected an object array"
+                )));
+            }
+            let kind = match spec.get_item(3)?.extract::<String>()?.as_str() {
+                "bytes" => ObjectKind::Bytes,
+                _ => ObjectKind::Str,
+            };
+            let nulls: Vec<usize> = spec
+                .get_item(4)?
+                .cast::<PyList>()?
+                .iter()
+                .map(|o| o.as_ptr() as usize)
+                .collect();
+            strings::init(py);
+            let data_type = match kind {
+                ObjectKind::Str => DataType::Utf8View,
+                ObjectKind::Bytes => DataType::BinaryView,
+            };
+            Ok((
+                ColumnData::Objects {
+                    address: view.address,
+                    len: view.len,
+                    kind,
+                    nulls,
+                    _owner: Arc::new(PyOwner::new(&array)),
+                },
+                data_type,
+            ))
+        }
+        // ("arrow", name, [chunks with __arrow_c_array__])
+        "arrow" => {
+            let chunks = spec.get_item(2)?;
+            let chunks = chunks.cast::<PyList>()?;
+            let mut arrays = Vec::with_capacity(chunks.len());
+            let mut starts = Vec::with_capacity(chunks.len());
+            let mut rows = 0;
+            for chunk in chunks.iter() {
+                let array = arrays::import_c_array(name, &chunk)?;
+                starts.push(rows);
+                rows += array.len();
+                arrays.push(array);
+            }
+            let data_type = match arrays.first() {
+                Some(array) => exposed_type(array.data_type()),
+                None => DataType::Null,
+            };
+            Ok((ColumnData::Chunks { arrays, starts }, data_type))
+        }
+        // ("categorical", name, codes, categories_spec)
+        "categorical" => {
+            let categories = spec.get_item(3)?;
+            let categories = categories.cast::<PyTuple>()?;
+            let (values, _) = column_from_spec(py, name, categories)?;
+            let values = match values {
+                ColumnData::Chunks { arrays, .. } => match arrays.as_slice() {
+                    [one] => Arc::clone(one),
+                    many => {
+                        let refs: Vec<&dyn Array> = many.iter().map(|a| a.as_ref()).collect();
+                        arrow::compute::concat(&refs)
+                            .map_err(|e| conversion_error(format!("column \"{name}\": {e}")))?
+                    }
+                },
+                ColumnData::Objects {
+                    address,
+                    len,
+                    kind,
+                    nulls,
+                    ..
+                } => decode_objects(name, address, 0, len, kind, &nulls)
+                    .map_err(|e| conversion_error(e.to_string()))?,
+            };
+            let array = arrays::dictionary_array(name, &spec.get_item(2)?, values)?;
+            let data_type = array.data_type().clone();
+            Ok((
+                ColumnData::Chunks {
+                    arrays: vec![array],
+                    starts: vec![0],
+                },
+                data_type,
+            ))
+        }
+        // ("decimal", name, [int | None], precision, scale)
+        "decimal" => {
+            let precision: u8 = spec.get_item(3)?.extract()?;
+            let scale: i8 = spec.get_item(4)?.extract()?;
+            let array = arrays::decimal_array(name, &spec.get_item(2)?, precision, scale)?;
+            Ok(single(array))
+        }
+        other => Err(conversion_error(format!(
+            "column \"{name}\": unknown column kind {other}"
+        ))),
+    }
+}
+
+fn decode_objects(
+    column: &str,
+    address: usize,
+    start: usize,
+    len: usize,
+    kind: ObjectKind,
+    nulls: &[usize],
+) -> DFResult<ArrayRef> {
+    if len == 0 {
+        return Ok(match kind {
+            ObjectKind::Str => Arc::new(arrow::array::StringViewArray::new_null(0)),
+            ObjectKind::Bytes => Arc::new(arrow::array::BinaryViewArray::new_null(0)),
+        });
+    }
+    // SAFETY: `address` is the data of a live object array of at least `start + len` elements
+    // (the table holds the array; morsels never exceed the row count).
+    let objects = unsafe { std::slice::from_raw_parts((address as *const usize).add(start), len) };
+    strings::decode(objects, start, kind, nulls).map_err(|error| {
+        let message = match error {
+            strings::DecodeError::WrongType { row, type_name } => {
+                let expected = match kind {
+                    ObjectKind::Str => "str",
+                    ObjectKind::Bytes => "bytes",
+                };
+                format!(
+                    "column \"{column}\", row {row}: expected {expected} (or None), got a Python {type_name}"
+                )
+            }
+            strings::DecodeError::Surrogate { row } => format!(
+                "column \"{column}\", row {row}: the string holds a lone surrogate, which has no UTF-8 form"
+            ),
+        };
+        QuiverError::Conversion(message).into_datafusion()
+    })
+}
+
+impl Inner {
+    /// The rows `start..start + len` of the projected columns.
+    fn batch(
+        &self,
+        projection: &[usize],
+        schema: &SchemaRef,
+        start: usize,
+        len: usize,
+    ) -> DFResult<RecordBatch> {
+        let mut columns = Vec::with_capacity(projection.len());
+        for &index in projection {
+            let field = self.schema.field(index);
+            let array = match &self.columns[index] {
+                ColumnData::Chunks { arrays, starts } => slice_chunks(arrays, starts, start, len)?,
+                ColumnData::Objects {
+                    address,
+                    kind,
+                    nulls,
+                    ..
+                } => decode_objects(field.name(), *address, start, len, *kind, nulls)?,
+            };
+            let array = if array.data_type() == field.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, field.data_type())?
+            };
+            columns.push(array);
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(len));
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(schema),
+            columns,
+            &options,
+        )?)
+    }
+}
+
+/// Rows `start..start + len` of a chunked column: a zero-copy slice within one chunk, a
+/// concatenation only where the range crosses chunks.
+fn slice_chunks(
+    arrays: &[ArrayRef],
+    starts: &[usize],
+    start: usize,
+    len: usize,
+) -> DFResult<ArrayRef> {
+    let first = match starts.binary_search(&start) {
+        Ok(index) => index,
+        Err(index) => index.saturating_sub(1),
+    };
+    let mut pieces: Vec<ArrayRef> = Vec::new();
+    let mut row = start;
+    let end = start + len;
+    for (array, &chunk_start) in arrays.iter().zip(starts).skip(first) {
+        if row >= end {
+            break;
+        }
+        let chunk_end = chunk_start + array.len();
+        if chunk_end <= row {
+            continue;
+        }
+        let take = chunk_end.min(end) - row;
+        pieces.push(array.slice(row - chunk_start, take));
+        row += take;
+    }
+    match pieces.as_slice() {
+        [one] => Ok(Arc::clone(one)),
+        [] => Err(DataFusionError::Internal(format!(
+            "rows {start}..{end} are outside the column"
+        ))),
+        many => {
+            let refs: Vec<&dyn Array> = many.iter().map(|a| a.as_ref()).collect();
+            Ok(arrow::compute::concat(&refs)?)
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for PythonTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.inner.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn CatalogSession,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let projection: Vec<usize> = match projection {
+            Some(projection) => projection.clone(),
+            None => (0..self.inner.schema.fields().len()).collect(),
+        };
+        let schema = Arc::new(self.inner.schema.project(&projection)?);
+        let morsels = &self.inner.morsels;
+        let partitions = state
+            .config_options()
+            .execution
+            .target_partitions
+            .clamp(1, morsels.len().max(1));
+        let mut assigned = vec![Vec::new(); partitions];
+        for (index, morsel) in morsels.iter().enumerate() {
+            assigned[index % partitions].push(*morsel);
+        }
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Ok(Arc::new(PythonScanExec {
+            inner: Arc::clone(&self.inner),
+            projection,
+            schema,
+            partitions: assigned,
+            limit,
+            properties: Arc::new(properties),
+        }))
+    }
+
+    fn get_table_definition(&self) -> Option<&str> {
+        None
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        let mut statistics = Statistics::new_unknown(&self.inner.schema);
+        statistics.num_rows = Precision::Exact(self.inner.num_rows);
+        Some(statistics)
+    }
+}
+
+/// The scan of a [`PythonTable`].
+struct PythonScanExec {
+    inner: Arc<Inner>,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    partitions: Vec<Vec<(usize, usize)>>,
+    limit: Option<usize>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for PythonScanExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PythonScanExec")
+            .field("source", &self.inner.description)
+            .finish()
+    }
+}
+
+impl DisplayAs for PythonScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let columns: Vec<&str> = self
+            .projection
+            .iter()
+            .map(|&i| self.inner.schema.field(i).name().as_str())
+            .collect();
+        write!(
+            f,
+            "PythonScan: {}, rows={}, partitions={}, projection=[{}]",
+            self.inner.description,
+            self.inner.num_rows,
+            self.partitions.len(),
+            columns.join(", ")
+        )?;
+        if let Some(limit) = self.limit {
+            write!(f, ", limit={limit}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for PythonScanExec {
+    fn name(&self) -> &'static str {
+        "PythonScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let morsels = self.partitions.get(partition).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!("PythonScanExec has no partition {partition}"))
+        })?;
+        let inner = Arc::clone(&self.inner);
+        let projection = self.projection.clone();
+        let schema = Arc::clone(&self.schema);
+        let batch_schema = Arc::clone(&schema);
+        let mut remaining = self.limit.unwrap_or(usize::MAX);
+        let batches = futures::stream::iter(morsels.into_iter().map_while(move |(start, len)| {
+            if remaining == 0 {
+                return None;
+            }
+            let len = len.min(remaining);
+            remaining -= len;
+            Some(inner.batch(&projection, &batch_schema, start, len))
+        }));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+    }
+
+    #[allow(deprecated)] // DataFusion 55 moves this to StatisticsContext.
+    fn partition_statistics(&self, partition: Option<usize>) -> DFResult<Arc<Statistics>> {
+        // Each partition stops at the limit on its own.
+        let partition_rows = |morsels: &Vec<(usize, usize)>| {
+            let rows: usize = morsels.iter().map(|(_, len)| len).sum();
+            self.limit.map_or(rows, |limit| rows.min(limit))
+        };
+        let rows = match partition {
+            Some(p) => self.partitions.get(p).map(partition_rows).unwrap_or(0),
+            None => self.partitions.iter().map(partition_rows).sum(),
+        };
+        let mut statistics = Statistics::new_unknown(&self.schema);
+        statistics.num_rows = Precision::Exact(rows);
+        Ok(Arc::new(statistics))
+    }
+
+    fn supports_limit_pushdown(&self) -> bool {
+        true
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.limit
+    }
+
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        Some(Arc::new(PythonScanExec {
+            inner: Arc::clone(&self.inner),
+            projection: self.projection.clone(),
+            schema: Arc::clone(&self.schema),
+            partitions: self.partitions.clone(),
+            limit,
+            properties: Arc::clone(&self.properties),
+        }))
+    }
+}

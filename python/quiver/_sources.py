@@ -1,0 +1,332 @@
+"""Python objects as tables: what each kind of object becomes, column by column.
+
+The Rust extension calls :func:`normalize` with the GIL held. It returns either
+``("stream", description, producer)`` for anything that speaks the Arrow PyCapsule stream
+protocol, or ``("columns", description, num_rows, specs)`` with one spec per column:
+
+* ``("numpy", name, array, mask, tz, nan_as_null)``: a contiguous 1-D NumPy array of numbers,
+  bools, datetime64 or timedelta64; wrapped without copying. ``mask`` (True = missing) is a
+  pandas masked array's mask.
+* ``("objects", name, array, "str" | "bytes", null_objects)``: an object array of ``str`` or
+  ``bytes``, decoded on worker threads without the GIL.
+* ``("arrow", name, chunks)``: Arrow-backed pandas columns, imported without copying.
+* ``("categorical", name, codes, categories_spec)``: a dictionary-encoded column.
+* ``("decimal", name, scaled_ints, precision, scale)``: ``decimal.Decimal`` objects.
+
+Only the modules an object comes from are imported: ``import quiver`` imports none of pandas,
+NumPy, pyarrow or polars.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import sys
+from typing import Any
+
+from quiver.errors import ConversionError, InvalidInputError
+
+_TABLE_TYPES = {
+    ("pandas", "DataFrame"),
+    ("pandas", "Series"),
+    ("polars", "DataFrame"),
+    ("polars", "LazyFrame"),
+    ("pyarrow", "Table"),
+    ("pyarrow", "RecordBatch"),
+    ("pyarrow", "RecordBatchReader"),
+    ("pyarrow", "Dataset"),
+    ("pyarrow", "FileSystemDataset"),
+    ("pyarrow", "InMemoryDataset"),
+    ("pyarrow", "UnionDataset"),
+    ("numpy", "ndarray"),
+}
+
+
+def _kind(obj: Any) -> tuple[str, str]:
+    cls = type(obj)
+    return cls.__module__.split(".")[0], cls.__name__
+
+
+def is_table_like(obj: Any) -> bool:
+    """Whether a variable is something a query can read by its name (DataFrame-like)."""
+    if _kind(obj) in _TABLE_TYPES:
+        return True
+    if isinstance(obj, type):
+        return False
+    return hasattr(obj, "__arrow_c_stream__")
+
+
+def can_scan(obj: Any) -> bool:
+    """Whether :func:`normalize` accepts the object (table-like objects and dicts of columns)."""
+    return is_table_like(obj) or (
+        isinstance(obj, dict) and bool(obj) and all(isinstance(k, str) for k in obj)
+    )
+
+
+def normalize(obj: Any):
+    module, name = _kind(obj)
+    description = f"{module}.{name}"
+    if module == "pandas" and name == "DataFrame":
+        return _pandas_frame(obj, description)
+    if module == "pandas" and name == "Series":
+        return _pandas_frame(obj.to_frame(), description)
+    if module == "polars" and name == "LazyFrame":
+        return ("stream", description, obj.collect())
+    if module == "pyarrow" and name.endswith("Dataset"):
+        return ("stream", description, obj.scanner().to_reader())
+    if module == "numpy" and name == "ndarray":
+        return _numpy_array(obj, description)
+    if isinstance(obj, dict):
+        return _dict_of_columns(obj)
+    if hasattr(obj, "__arrow_c_stream__"):
+        return ("stream", description, obj)
+    raise InvalidInputError(
+        f"cannot query a {description}: expected a pandas or polars DataFrame, a pyarrow "
+        "Table/RecordBatch/Dataset, a NumPy array, a dict of columns, or an object with "
+        "__arrow_c_stream__"
+    )
+
+
+# --- pandas -------------------------------------------------------------------------------
+
+
+def _pandas_frame(df: Any, description: str):
+    names = [_column_name(c) for c in df.columns]
+    specs = [_pandas_column(name, df.iloc[:, i]) for i, name in enumerate(names)]
+    return ("columns", description, len(df), specs)
+
+
+def _column_name(label: Any) -> str:
+    if isinstance(label, str):
+        return label
+    if isinstance(label, tuple):  # MultiIndex columns
+        return "_".join(str(part) for part in label)
+    return str(label)
+
+
+def _pandas_column(name: str, series: Any):
+    import numpy as np
+    import pandas as pd
+
+    dtype = series.dtype
+    array = series.array
+    if isinstance(dtype, pd.CategoricalDtype):
+        codes = np.ascontiguousarray(series.cat.codes.to_numpy())
+        categories = _pandas_column(name, pd.Series(series.cat.categories))
+        return ("categorical", name, codes, categories)
+    if hasattr(array, "__arrow_array__") and _arrow_backed(array):
+        chunked = array.__arrow_array__()
+        return ("arrow", name, list(getattr(chunked, "chunks", [chunked])))
+    if isinstance(dtype, pd.StringDtype):
+        # StringDtype("python"): an object array of str, with pd.NA (or NaN) for missing.
+        values = getattr(array, "_ndarray", None)
+        if values is None:
+            values = np.asarray(array, dtype=object)
+        return ("objects", name, np.ascontiguousarray(values), "str", _null_objects())
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        utc = series.dt.tz_convert("UTC").dt.tz_localize(None)
+        return ("numpy", name, np.ascontiguousarray(utc.to_numpy()), None, str(dtype.tz), False)
+    mask = getattr(array, "_mask", None)
+    data = getattr(array, "_data", None)
+    if mask is not None and data is not None:  # Int64, boolean, Float64 ...
+        return (
+            "numpy",
+            name,
+            np.ascontiguousarray(data),
+            np.ascontiguousarray(mask),
+            None,
+            False,
+        )
+    if isinstance(dtype, np.dtype):
+        values = series.to_numpy()
+        return _numpy_column(name, values, nan_as_null=True)
+    raise ConversionError(f'column "{name}": pandas dtype {dtype} is not supported')
+
+
+def _arrow_backed(array: Any) -> bool:
+    import pandas as pd
+
+    dtype = array.dtype
+    if isinstance(dtype, pd.ArrowDtype):
+        return True
+    return isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow"
+
+
+def _null_objects() -> list:
+    nulls = []
+    pandas = sys.modules.get("pandas")
+    if pandas is not None:
+        nulls.extend([pandas.NA, pandas.NaT])
+    return nulls
+
+
+# --- NumPy and plain Python ------------------------------------------------------------------
+
+
+def _numpy_column(name: str, values: Any, nan_as_null: bool = False):
+    import numpy as np
+
+    kind = values.dtype.kind
+    if values.ndim != 1:
+        raise ConversionError(f'column "{name}": expected a 1-D array, got {values.ndim}-D')
+    if kind in "US":  # fixed-width NumPy strings
+        values = values.astype(object)
+        kind = "O"
+    if kind == "O":
+        return _object_column(name, np.ascontiguousarray(values))
+    if kind not in "biufmM":
+        raise ConversionError(f'column "{name}": NumPy dtype {values.dtype} is not supported')
+    if not values.dtype.isnative:
+        values = values.astype(values.dtype.newbyteorder("="))
+    return ("numpy", name, np.ascontiguousarray(values), None, None, nan_as_null)
+
+
+def _numpy_array(array: Any, description: str):
+    import numpy as np
+
+    if array.dtype.names:  # structured / record array
+        specs = [_numpy_column(n, np.ascontiguousarray(array[n])) for n in array.dtype.names]
+        return ("columns", description, len(array), specs)
+    if array.ndim == 1:
+        return ("columns", description, len(array), [_numpy_column("column0", array)])
+    if array.ndim == 2:
+        specs = [
+            _numpy_column(f"column{j}", np.ascontiguousarray(array[:, j]))
+            for j in range(array.shape[1])
+        ]
+        return ("columns", description, array.shape[0], specs)
+    raise InvalidInputError(f"cannot query a {array.ndim}-D NumPy array (only 1-D and 2-D)")
+
+
+def _dict_of_columns(columns: dict):
+    import numpy as np
+
+    specs = []
+    length = None
+    for name, values in columns.items():
+        if not isinstance(values, np.ndarray):
+            values = list(values)
+            if any(isinstance(v, (str, bytes, decimal.Decimal)) or v is None for v in values):
+                values = np.array(values, dtype=object)
+            else:
+                values = np.asarray(values)
+        if length is None:
+            length = len(values)
+        elif len(values) != length:
+            raise InvalidInputError(
+                f'column "{name}" has {len(values)} values, the first column {length}'
+            )
+        specs.append(_numpy_column(str(name), values))
+    return ("columns", "dict", length or 0, specs)
+
+
+def _is_null(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and value != value:
+        return True
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and (value is pandas.NA or value is pandas.NaT)
+
+
+def _object_column(name: str, values: Any):
+    """An object column: str/bytes go to the GIL-free decoder; other types are checked and
+    converted here (a mixed column is an error naming the first offending row)."""
+    import numpy as np
+
+    first = None
+    for value in values:
+        if not _is_null(value):
+            first = value
+            break
+    if first is None or isinstance(first, str):
+        return ("objects", name, values, "str", _null_objects())
+    if isinstance(first, bytes):
+        return ("objects", name, values, "bytes", _null_objects())
+
+    def check(types: tuple, label: str) -> np.ndarray:
+        mask = np.zeros(len(values), dtype=bool)
+        for row, value in enumerate(values):
+            if _is_null(value):
+                mask[row] = True
+            elif not isinstance(value, types) or (label == "int" and isinstance(value, bool)):
+                raise ConversionError(
+                    f'column "{name}", row {row}: expected {label} (or None), '
+                    f"got a Python {type(value).__name__}"
+                )
+        return mask
+
+    if isinstance(first, bool):
+        mask = check((bool, np.bool_), "bool")
+        data = np.array([bool(v) if not m else False for v, m in zip(values, mask)], dtype=bool)
+        return ("numpy", name, data, mask, None, False)
+    if isinstance(first, int):
+        mask = check((int, np.integer), "int")
+        try:
+            data = np.array([int(v) if not m else 0 for v, m in zip(values, mask)], dtype=np.int64)
+        except OverflowError as error:
+            raise ConversionError(f'column "{name}": an integer does not fit in 64 bits') from error
+        return ("numpy", name, data, mask, None, False)
+    if isinstance(first, float):
+        mask = check((float, int, np.floating), "float")
+        data = np.array(
+            [float(v) if not m else 0.0 for v, m in zip(values, mask)], dtype=np.float64
+        )
+        return ("numpy", name, data, mask, None, False)
+    if isinstance(first, decimal.Decimal):
+        return _decimal_column(name, values, check((decimal.Decimal,), "Decimal"))
+    if isinstance(first, datetime.datetime):
+        mask = check((datetime.datetime,), "datetime")
+        aware = first.tzinfo is not None
+        micros = []
+        for value, missing in zip(values, mask):
+            if missing:
+                micros.append(0)
+                continue
+            if (value.tzinfo is not None) != aware:
+                raise ConversionError(
+                    f'column "{name}": mixes datetimes with and without a time zone'
+                )
+            if aware:
+                value = value.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+            micros.append(np.datetime64(value, "us").astype(np.int64))
+        data = np.array(micros, dtype=np.int64).view("datetime64[us]")
+        return ("numpy", name, data, mask, "UTC" if aware else None, False)
+    if isinstance(first, datetime.date):
+        mask = check((datetime.date,), "date")
+        days = [
+            0 if missing else np.datetime64(value, "D").astype(np.int64)
+            for value, missing in zip(values, mask)
+        ]
+        data = np.array(days, dtype=np.int64).view("datetime64[D]")
+        return ("numpy", name, data, mask, None, False)
+    raise ConversionError(
+        f'column "{name}": values of Python type {type(first).__name__} are not supported'
+    )
+
+
+def _decimal_column(name: str, values: Any, mask: Any):
+    scale = 0
+    digits = 1
+    for value, missing in zip(values, mask):
+        if missing:
+            continue
+        if not value.is_finite():
+            raise ConversionError(f'column "{name}": Decimal {value} is not a finite number')
+        sign, value_digits, exponent = value.as_tuple()
+        scale = max(scale, -exponent)
+        digits = max(digits, len(value_digits) + exponent)
+    precision = digits + scale
+    if precision > 38:
+        raise ConversionError(
+            f'column "{name}": Decimal values need {precision} digits; decimal128 holds 38'
+        )
+    scaled = []
+    for value, missing in zip(values, mask):
+        if missing:
+            scaled.append(None)
+            continue
+        sign, value_digits, exponent = value.as_tuple()
+        unscaled = int("".join(map(str, value_digits)) or "0") * 10 ** (exponent + scale)
+        scaled.append(-unscaled if sign else unscaled)
+    return ("decimal", name, scaled, max(precision, 1), scale)

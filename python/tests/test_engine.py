@@ -1,0 +1,124 @@
+"""Zero-copy, the GIL, threads, Ctrl-C, errors and import cost."""
+
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import quiver
+from conftest import run_python
+
+LONG_QUERY = "SELECT sum(value % 7) FROM generate_series(1, 3000000000)"
+
+
+def test_numpy_column_is_not_copied():
+    df = pd.DataFrame({"x": np.arange(1_000_000, dtype=np.int64)})
+    address = df["x"].to_numpy().ctypes.data
+    table = pa.table(quiver.sql("SELECT x FROM df"))
+    addresses = {chunk.buffers()[1].address for chunk in table.column("x").chunks}
+    assert address in addresses
+
+
+def test_sum_over_100m_rows_does_not_copy_the_column():
+    result = run_python(
+        """
+        import resource, numpy as np, pandas as pd, quiver
+        df = pd.DataFrame({"x": np.ones(100_000_000, dtype=np.int64)})
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        got = quiver.sql("SELECT sum(x) FROM df").fetchone()[0]
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert got == 100_000_000, got
+        print((after - before) * 1024)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    grown = int(result.stdout.strip())
+    assert grown < 0.10 * 800_000_000, f"peak RSS grew by {grown} bytes"
+
+
+def test_gil_is_released_while_a_query_runs():
+    done = threading.Event()
+    ticks = 0
+
+    def query():
+        quiver.sql("SELECT sum(value % 7) FROM generate_series(1, 300000000)").fetchone()
+        done.set()
+
+    thread = threading.Thread(target=query)
+    thread.start()
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    thread.join()
+    assert ticks > 50  # the main thread kept running during the query
+
+
+def test_threads_run_queries_at_once():
+    con = quiver.connect()
+    finished_long = threading.Event()
+    short_done_while_long_ran = []
+
+    def long():
+        try:
+            con.sql("SELECT sum(value % 7) FROM generate_series(1, 600000000)").fetchone()
+        finally:
+            finished_long.set()
+
+    thread = threading.Thread(target=long)
+    thread.start()
+    time.sleep(0.2)
+    for _ in range(5):
+        assert con.sql("SELECT 40 + 2").fetchone() == (42,)
+    short_done_while_long_ran.append(not finished_long.is_set())
+    thread.join()
+    assert short_done_while_long_ran == [True]
+
+
+def test_ctrl_c_cancels_a_query_and_the_session_stays_usable():
+    result = run_python(
+        f"""
+        import os, signal, threading, time, quiver
+        con = quiver.connect()
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        try:
+            con.sql("{LONG_QUERY}").fetchone()
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after", round(time.monotonic() - start, 2))
+        print(con.sql("SELECT 1 + 1").fetchone())
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("interrupted after"), result.stdout
+    assert float(lines[0].split()[-1]) < 2.0
+    assert lines[1] == "(2,)"
+
+
+def test_error_tree():
+    with pytest.raises(quiver.ParserError) as error:
+        quiver.sql("SELECT 1;\nSELEC 2")
+    assert error.value.line == 2 and isinstance(error.value, quiver.Error)
+    with pytest.raises(quiver.CatalogError, match="did you mean"):
+        quiver.connect().sql("CREATE TABLE orders AS SELECT 1 AS x; SELECT * FROM ordrs")
+    with pytest.raises(quiver.IOError):
+        quiver.sql("SELECT * FROM '/nonexistent/file.parquet'").fetchall()
+    with pytest.raises(quiver.InvalidInputError):
+        quiver.sql("SELECT $x", params=object())
+    for cls in (quiver.ParserError, quiver.CatalogError, quiver.ConversionError, quiver.IOError):
+        assert issubclass(cls, quiver.Error)
+
+
+def test_import_does_not_import_dataframe_libraries():
+    result = run_python(
+        """
+        import sys, quiver
+        print(sorted(m for m in ("pandas", "numpy", "pyarrow", "polars") if m in sys.modules))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

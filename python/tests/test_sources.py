@@ -1,0 +1,215 @@
+"""Every pandas dtype and object-column case, round-tripped through a query."""
+
+import datetime
+import decimal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import quiver
+from quiver import _quiver
+
+
+def roundtrip(df):
+    """SELECT * over the frame, back as Python rows."""
+    return quiver.sql("SELECT * FROM df").arrow()
+
+
+def types(obj):
+    return dict(_quiver._describe_source(obj))
+
+
+@pytest.mark.parametrize(
+    "dtype,arrow",
+    [
+        ("int8", "Int8"),
+        ("int16", "Int16"),
+        ("int32", "Int32"),
+        ("int64", "Int64"),
+        ("uint8", "UInt8"),
+        ("uint16", "UInt16"),
+        ("uint32", "UInt32"),
+        ("uint64", "UInt64"),
+        ("float32", "Float32"),
+        ("float64", "Float64"),
+        ("bool", "Boolean"),
+    ],
+)
+def test_numpy_dtypes(dtype, arrow):
+    df = pd.DataFrame({"x": np.array([1, 0, 1], dtype=dtype)})
+    assert types(df) == {"x": arrow}
+    out = roundtrip(df)
+    assert out.column("x").to_pylist() == np.array([1, 0, 1], dtype=dtype).tolist()
+
+
+def test_float_nan_is_null():
+    df = pd.DataFrame({"x": [1.5, np.nan, 2.5]})
+    assert quiver.sql("SELECT count(x), sum(x) FROM df").fetchone() == (2, 4.0)
+
+
+@pytest.mark.parametrize(
+    "dtype", ["Int8", "Int16", "Int32", "Int64", "UInt8", "UInt64", "Float32", "Float64", "boolean"]
+)
+def test_masked_dtypes(dtype):
+    values = [1, None, 0] if dtype != "boolean" else [True, None, False]
+    df = pd.DataFrame({"x": pd.array(values, dtype=dtype)})
+    out = roundtrip(df).column("x").to_pylist()
+    assert out[1] is None and out[0] == values[0] and out[2] == values[2]
+
+
+def test_pandas_strings_all_storages():
+    values = ["a", None, "ünïcödé", "€", "😀"]
+    for dtype in ["object", pd.StringDtype("python"), pd.StringDtype("pyarrow"), "str"]:
+        df = pd.DataFrame({"s": pd.Series(values, dtype=dtype)})
+        assert types(df)["s"] == "Utf8View", dtype
+        assert roundtrip(df).column("s").to_pylist() == values, dtype
+
+
+def test_object_strings_every_layout_and_nulls():
+    values = [
+        "plain ascii",
+        "latin-1 é ÿ",
+        "ucs-2 € ✓",
+        "ucs-4 😀 𝄞",
+        "",
+        None,
+        np.nan,
+        pd.NA,
+        "x" * 1000,
+    ]
+    df = pd.DataFrame({"s": pd.Series(values, dtype=object)})
+    out = roundtrip(df).column("s").to_pylist()
+    assert out == [
+        "plain ascii",
+        "latin-1 é ÿ",
+        "ucs-2 € ✓",
+        "ucs-4 😀 𝄞",
+        "",
+        None,
+        None,
+        None,
+        "x" * 1000,
+    ]
+    assert _quiver._direct_strings()
+
+
+def test_str_subclass_takes_the_safe_path():
+    class Tag(str):
+        pass
+
+    df = pd.DataFrame({"s": pd.Series([Tag("a"), "b"], dtype=object)})
+    assert roundtrip(df).column("s").to_pylist() == ["a", "b"]
+
+
+def test_lone_surrogate_is_a_clear_error():
+    df = pd.DataFrame({"s": pd.Series(["ok", "bad \ud800"], dtype=object)})
+    with pytest.raises(quiver.ConversionError, match=r'column "s", row 1.*surrogate'):
+        roundtrip(df)
+
+
+def test_mixed_object_column_names_column_row_type():
+    df = pd.DataFrame({"s": pd.Series(["a", "b", 3], dtype=object)})
+    with pytest.raises(
+        quiver.ConversionError, match=r'column "s", row 2: expected str .* got a Python int'
+    ):
+        roundtrip(df)
+    df = pd.DataFrame({"n": pd.Series([1, 2, "three"], dtype=object)})
+    with pytest.raises(quiver.ConversionError, match=r'column "n", row 2: expected int .* str'):
+        roundtrip(df)
+
+
+def test_object_bytes_and_python_scalars():
+    df = pd.DataFrame(
+        {
+            "b": pd.Series([b"\x00\x01", None, b"xyz"], dtype=object),
+            "i": pd.Series([1, None, 3], dtype=object),
+            "f": pd.Series([1.5, None, 2.5], dtype=object),
+            "t": pd.Series([True, None, False], dtype=object),
+        }
+    )
+    out = roundtrip(df)
+    assert out.column("b").to_pylist() == [b"\x00\x01", None, b"xyz"]
+    assert out.column("i").to_pylist() == [1, None, 3]
+    assert out.column("f").to_pylist() == [1.5, None, 2.5]
+    assert out.column("t").to_pylist() == [True, None, False]
+
+
+def test_decimal_objects_stay_exact():
+    values = [decimal.Decimal("1.10"), None, decimal.Decimal("-12345678901234567890.123")]
+    df = pd.DataFrame({"d": pd.Series(values, dtype=object)})
+    assert types(df)["d"].startswith("Decimal128(")
+    out = roundtrip(df).column("d").to_pylist()
+    assert out == [decimal.Decimal("1.100"), None, decimal.Decimal("-12345678901234567890.123")]
+    assert quiver.sql("SELECT sum(d) FROM df").fetchone()[0] == decimal.Decimal(
+        "-12345678901234567889.023"
+    )
+
+
+def test_categorical_is_a_dictionary():
+    df = pd.DataFrame({"c": pd.Categorical(["x", "y", None, "x"])})
+    assert types(df)["c"].startswith("Dictionary(Int8")
+    assert roundtrip(df).column("c").to_pylist() == ["x", "y", None, "x"]
+    assert quiver.sql("SELECT c, count(*) FROM df GROUP BY c ORDER BY c NULLS LAST").fetchall() == [
+        ("x", 2),
+        ("y", 1),
+        (None, 1),
+    ]
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_datetimes_every_unit(unit):
+    stamps = pd.Series(pd.to_datetime(["2024-01-02 03:04:05", None]).as_unit(unit))
+    df = pd.DataFrame({"t": stamps})
+    table = roundtrip(df)
+    assert table.schema.field("t").type.unit == unit  # wrapped as is, not converted
+    out = table.column("t").to_pylist()
+    assert out[0] == datetime.datetime(2024, 1, 2, 3, 4, 5) and out[1] is None
+
+
+def test_tz_aware_datetimes():
+    stamps = pd.Series(pd.to_datetime(["2024-01-02 03:04:05"]).tz_localize("Europe/Paris"))
+    df = pd.DataFrame({"t": stamps})
+    assert "Europe/Paris" in types(df)["t"]
+    out = roundtrip(df).column("t").to_pylist()[0]
+    assert out == datetime.datetime(2024, 1, 2, 2, 4, 5, tzinfo=datetime.timezone.utc)
+
+
+def test_timedelta_and_dates():
+    df = pd.DataFrame({"d": pd.to_timedelta(["1 day", None])})
+    out = roundtrip(df).column("d").to_pylist()
+    assert out == [datetime.timedelta(days=1), None]
+    dates = pd.DataFrame({"d": pd.Series([datetime.date(2024, 5, 6), None], dtype=object)})
+    assert roundtrip(dates).column("d").to_pylist() == [datetime.date(2024, 5, 6), None]
+
+
+def test_arrow_dtype_columns():
+    df = pd.DataFrame(
+        {
+            "i": pd.array([1, None], dtype=pd.ArrowDtype(pa.int32())),
+            "l": pd.array([[1, 2], None], dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
+        }
+    )
+    out = roundtrip(df)
+    assert out.column("i").to_pylist() == [1, None]
+    assert out.column("l").to_pylist() == [[1, 2], None]
+
+
+def test_column_names():
+    df = pd.DataFrame([[1, 2]], columns=[0, "b"])
+    assert quiver.sql('SELECT "0" + b FROM df').fetchone() == (3,)
+    dup = pd.DataFrame([[1, 2]], columns=["a", "a"])
+    with pytest.raises(quiver.InvalidInputError, match="duplicate column name"):
+        quiver.sql("SELECT * FROM dup")
+
+
+def test_large_frame_many_morsels():
+    n = 1_000_003
+    df = pd.DataFrame(
+        {"k": np.arange(n) % 7, "s": pd.Series(np.arange(n).astype(str), dtype=object)}
+    )
+    got = quiver.sql(
+        "SELECT count(*), sum(k), count(DISTINCT s), max(length(s)) FROM df"
+    ).fetchone()
+    assert got == (n, int((np.arange(n) % 7).sum()), n, 7)
+    assert quiver.sql("SELECT s FROM df LIMIT 3").arrow().num_rows == 3
