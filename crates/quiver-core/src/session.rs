@@ -134,6 +134,7 @@ impl Session {
             .map_err(QuiverError::from)?;
         ctx.register_catalog(DEFAULT_CATALOG, Arc::new(catalog));
         register_file_functions(&ctx);
+        quiver_functions::register(&ctx);
         Ok(Session {
             ctx,
             database,
