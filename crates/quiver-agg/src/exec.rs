@@ -457,11 +457,21 @@ fn merge_slice(
         for &i in &indices {
             any[i] = true;
         }
+        // When every slot of the slice was touched (the common dense case) the zero-copy
+        // slice is merged as is; otherwise the untouched slots are filtered out.
+        let dense = indices.len() == n;
         let mask = BooleanArray::from(seen.to_vec());
         for (accumulator, states) in accumulators.iter_mut().zip(&partial.states) {
             let sliced = states
                 .iter()
-                .map(|s| filter(&s.slice(from, n), &mask))
+                .map(|s| {
+                    let slice = s.slice(from, n);
+                    if dense {
+                        Ok(slice)
+                    } else {
+                        filter(&slice, &mask)
+                    }
+                })
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             accumulator.merge_batch(&sliced, &indices, n)?;
         }

@@ -194,22 +194,28 @@ impl Sketch {
         }
     }
 
-    fn encode(&self, out: &mut BinaryBuilder) {
+    /// Appends the encoded sketch to `out`, using `scratch` as the one reused buffer.
+    fn encode(&self, out: &mut BinaryBuilder, scratch: &mut Vec<u8>) {
+        scratch.clear();
         match &self.dense {
             Some(registers) => {
-                let mut bytes = Vec::with_capacity(REGISTERS + 1);
-                bytes.push(TAG_DENSE);
-                bytes.extend_from_slice(registers);
-                out.append_value(bytes);
+                scratch.push(TAG_DENSE);
+                scratch.extend_from_slice(registers);
             }
             None => {
-                let mut bytes = Vec::with_capacity(self.small.len() * 8 + 1);
-                bytes.push(TAG_SMALL);
+                scratch.push(TAG_SMALL);
                 for h in &self.small {
-                    bytes.extend_from_slice(&h.to_le_bytes());
+                    scratch.extend_from_slice(&h.to_le_bytes());
                 }
-                out.append_value(bytes);
             }
+        }
+        out.append_value(&scratch[..]);
+    }
+
+    fn encoded_len(&self) -> usize {
+        1 + match &self.dense {
+            Some(registers) => registers.len(),
+            None => self.small.len() * 8,
         }
     }
 
@@ -457,9 +463,12 @@ impl GroupsAccumulator for UniqGroupsAccumulator {
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         let sketches = emit_to.take_needed(&mut self.sketches);
-        let mut builder = BinaryBuilder::with_capacity(sketches.len(), sketches.len() * 16);
+        // Exact capacity: no regrowth of a buffer that can reach 16 KiB per group.
+        let bytes = sketches.iter().map(Sketch::encoded_len).sum();
+        let mut builder = BinaryBuilder::with_capacity(sketches.len(), bytes);
+        let mut scratch = Vec::new();
         for sketch in &sketches {
-            sketch.encode(&mut builder);
+            sketch.encode(&mut builder, &mut scratch);
         }
         Ok(vec![Arc::new(builder.finish())])
     }
@@ -552,7 +561,7 @@ impl Accumulator for UniqAccumulator {
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
         let mut builder = BinaryBuilder::new();
         match self.inner.sketches.first() {
-            Some(sketch) => sketch.encode(&mut builder),
+            Some(sketch) => sketch.encode(&mut builder, &mut Vec::new()),
             None => builder.append_value([TAG_SMALL]),
         }
         let array = builder.finish();
