@@ -1,1 +1,23 @@
-//! placeholder
+//! # quiver-agg
+//!
+//! Small-key GROUP BY for quiver: when every key's values provably fall in a small range
+//! (bool, 8/16-bit integers, `x % 10000`, `x & 255`, `extract(minute FROM t)`, ...), the
+//! [`SmallKeyAggregateRule`] replaces DataFusion's hash aggregation with
+//! [`SmallKeyAggregateExec`], which indexes an array of aggregate states by `key − min` —
+//! no hashing — and merges the per-thread arrays in parallel by key range, as ClickHouse does
+//! for 8- and 16-bit keys (its FixedHashMap, and the 25.11 parallel merge).
+//!
+//! ```sql
+//! EXPLAIN SELECT number % 10000 AS k, count() FROM numbers_mt(1000000) GROUP BY k;
+//! -- ... SmallKeyAggregateExec: gby=[number@0 % 10000 as k in [0, 9999]], aggr=[count()], slots=10001
+//! ```
+//!
+//! Every DataFusion aggregate with a `GroupsAccumulator` works unchanged ([`exec`]); which
+//! keys qualify is decided in [`bounds`]; when the rule applies is documented in [`rule`].
+
+pub mod bounds;
+pub mod exec;
+pub mod rule;
+
+pub use exec::SmallKeyAggregateExec;
+pub use rule::{SmallKeyAggregateRule, DEFAULT_MAX_SLOTS};

@@ -9,6 +9,7 @@ use datafusion::catalog::{
     CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
@@ -112,7 +113,14 @@ impl Session {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime.build_arc().map_err(QuiverError::from)?;
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        // quiver's physical rules run after DataFusion's (the small-key GROUP BY path).
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
 
         let database = match &options.database {
             Some(dir) => {
@@ -138,6 +146,7 @@ impl Session {
             .map_err(QuiverError::from)?;
         ctx.register_catalog(DEFAULT_CATALOG, Arc::new(catalog));
         register_file_functions(&ctx);
+        quiver_functions::register(&ctx);
         Ok(Session {
             ctx,
             database,

@@ -1,1 +1,49 @@
-//! placeholder
+//! # quiver-functions
+//!
+//! The ClickHouse functions chDB users reach for, registered on every quiver session by
+//! [`register`]:
+//!
+//! * table functions `numbers(N)`, `numbers(start, N)`, `numbers_mt(N)`, `zeros(N)`,
+//!   `zeros_mt(N)` ([`numbers`]);
+//! * `uniq` / `uniqCombined` — a grouped HyperLogLog that allocates nothing per row ([`uniq`]);
+//! * aggregates that are ClickHouse spellings of DataFusion ones (`uniqExact`, `any`,
+//!   `anyLast`, `argMin`, `argMax`, `groupArray`, `sumIf`, `countIf`, `avgIf`, `quantile`)
+//!   ([`aggregates`]);
+//! * scalar functions: dates (`toYear`, `toStartOfHour`, ...), conversions (`toString`,
+//!   `toInt64`, ...), conditionals (`if`, `multiIf`), strings and URLs (`empty`, `match`,
+//!   `replaceRegexpAll`, `domain`, ...) ([`scalars`], [`url`]);
+//! * `cityHash64` with ClickHouse's exact outputs ([`cityhash`]).
+//!
+//! ClickHouse users write camelCase (`toYear`); DataFusion lowercases unquoted function names,
+//! so every function is registered under its ClickHouse spelling (shown in column names) with
+//! the lowercase spelling as an alias.
+
+pub mod aggregates;
+pub mod cityhash;
+pub mod numbers;
+pub mod scalars;
+pub mod uniq;
+pub mod url;
+
+use std::sync::Arc;
+
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
+use datafusion::prelude::SessionContext;
+
+/// Registers every function of this crate on `ctx`.
+pub fn register(ctx: &SessionContext) {
+    for function in numbers::NumbersFunction::all() {
+        ctx.register_udtf(function.name(), Arc::new(function));
+    }
+    ctx.register_udaf(AggregateUDF::from(uniq::Uniq::default()));
+    for function in aggregates::ClickHouseAggregate::all() {
+        ctx.register_udaf(AggregateUDF::from(function));
+    }
+    for function in scalars::ClickHouseScalar::all() {
+        ctx.register_udf(ScalarUDF::from(function));
+    }
+    ctx.register_udf(ScalarUDF::from(cityhash::CityHash64::default()));
+    for function in url::Domain::all() {
+        ctx.register_udf(ScalarUDF::from(function));
+    }
+}

@@ -1,0 +1,190 @@
+//! [`SmallKeyAggregateRule`]: the physical optimizer rule that swaps DataFusion's hash
+//! aggregation for [`SmallKeyAggregateExec`] when the GROUP BY domain is small and dense.
+//!
+//! It matches `AggregateExec(Final | FinalPartitioned)` over (repartition / coalesce) over
+//! `AggregateExec(Partial)`, and `AggregateExec(Single | SinglePartitioned)`, and replaces the
+//! pair with one node reading the partial aggregate's input. It applies only when
+//! * there is one grouping set (no ROLLUP/CUBE/GROUPING SETS) and no group-by LIMIT;
+//! * every aggregate has a `GroupsAccumulator`, no `ORDER BY` inside it and no `DISTINCT`;
+//! * every key's range is proven ([`crate::bounds`]) and the product of the ranges' widths is at
+//!   most [`SmallKeyAggregateRule::max_slots`] (default [`DEFAULT_MAX_SLOTS`]);
+//! * the parent does not require hash partitioning on the output (the node's output is split by
+//!   key range, not by hash, so it must not feed a partitioned join).
+//!
+//! Otherwise the plan is left exactly as DataFusion made it.
+
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::Result;
+use datafusion::physical_expr::Distribution;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{
+    replace_children_if_necessary, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+};
+
+use crate::bounds::{integer_modulo, key_range};
+use crate::exec::{GroupKey, SmallKeyAggregateExec};
+
+/// The default largest domain, in slots (a `UInt16` key fits exactly).
+pub const DEFAULT_MAX_SLOTS: u64 = 65_536;
+
+/// Replaces hash aggregation with [`SmallKeyAggregateExec`] where the keys allow it.
+#[derive(Debug, Clone)]
+pub struct SmallKeyAggregateRule {
+    max_slots: u64,
+}
+
+impl Default for SmallKeyAggregateRule {
+    fn default() -> Self {
+        SmallKeyAggregateRule {
+            max_slots: DEFAULT_MAX_SLOTS,
+        }
+    }
+}
+
+impl SmallKeyAggregateRule {
+    /// The rule with the default domain limit.
+    pub fn new() -> Self {
+        SmallKeyAggregateRule::default()
+    }
+
+    /// The rule with a different domain limit (number of non-NULL key combinations).
+    pub fn with_max_slots(max_slots: u64) -> Self {
+        SmallKeyAggregateRule { max_slots }
+    }
+
+    /// The largest domain the rule accepts.
+    pub fn max_slots(&self) -> u64 {
+        self.max_slots
+    }
+
+    fn rewrite(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        allowed: bool,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if allowed {
+            if let Some(replacement) = self.try_replace(&plan)? {
+                return Ok(replacement);
+            }
+        }
+        let requirements = plan.input_distribution_requirements().into_per_child();
+        let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+        if children.is_empty() {
+            return Ok(plan);
+        }
+        let mut rewritten = Vec::with_capacity(children.len());
+        for (i, child) in children.into_iter().enumerate() {
+            #[expect(deprecated)]
+            let hash_required = matches!(
+                requirements.get(i),
+                Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
+            );
+            rewritten.push(self.rewrite(child, !hash_required)?);
+        }
+        replace_children_if_necessary(plan, rewritten)
+    }
+
+    fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(top) = plan.downcast_ref::<AggregateExec>() else {
+            return Ok(None);
+        };
+        let (partial, input) = match top.mode() {
+            AggregateMode::Final | AggregateMode::FinalPartitioned => {
+                let mut node = Arc::clone(top.input());
+                loop {
+                    let passthrough = node.is::<RepartitionExec>()
+                        || matches!(
+                            node.name(),
+                            "CoalescePartitionsExec" | "CoalesceBatchesExec"
+                        );
+                    if !passthrough {
+                        break;
+                    }
+                    let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {
+                        return Ok(None);
+                    };
+                    node = child;
+                }
+                let Some(partial) = node.downcast_ref::<AggregateExec>() else {
+                    return Ok(None);
+                };
+                if *partial.mode() != AggregateMode::Partial {
+                    return Ok(None);
+                }
+                (partial.clone(), Arc::clone(partial.input()))
+            }
+            AggregateMode::Single | AggregateMode::SinglePartitioned => {
+                let mut input = Arc::clone(top.input());
+                if let Some(repartition) = input.downcast_ref::<RepartitionExec>() {
+                    if matches!(repartition.partitioning(), Partitioning::Hash(..)) {
+                        input = Arc::clone(repartition.input());
+                    }
+                }
+                (top.clone(), input)
+            }
+            _ => return Ok(None),
+        };
+        let group_by = partial.group_expr();
+        if !group_by.is_single() || group_by.expr().is_empty() || partial.limit_options().is_some()
+        {
+            return Ok(None);
+        }
+        let aggregates = partial.aggr_expr();
+        let supported = aggregates.iter().all(|a| {
+            a.groups_accumulator_supported() && a.order_bys().is_empty() && !a.is_distinct()
+        });
+        if !supported {
+            return Ok(None);
+        }
+        let input_schema = input.schema();
+        let mut keys = Vec::with_capacity(group_by.expr().len());
+        let mut domain: u64 = 1;
+        for (expr, name) in group_by.expr() {
+            let Some(range) = key_range(expr, &input_schema) else {
+                return Ok(None);
+            };
+            domain = match domain.checked_mul(range.width()) {
+                Some(d) if d <= self.max_slots => d,
+                _ => return Ok(None),
+            };
+            keys.push(GroupKey {
+                expr: Arc::clone(expr),
+                name: name.clone(),
+                range,
+                modulo: integer_modulo(expr, &input_schema),
+            });
+        }
+        let input = self.rewrite(input, true)?;
+        let exec = SmallKeyAggregateExec::try_new(
+            input,
+            keys,
+            aggregates.to_vec(),
+            partial.filter_expr().to_vec(),
+            top.schema(),
+            plan.output_partitioning().partition_count(),
+        )?;
+        Ok(Some(Arc::new(exec)))
+    }
+}
+
+impl PhysicalOptimizerRule for SmallKeyAggregateRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.rewrite(plan, true)
+    }
+
+    fn name(&self) -> &str {
+        "small_key_aggregate"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,219 @@
+//! Property tests: the small-key path returns exactly what DataFusion's hash aggregation
+//! returns, on random data with NULLs, empty input, all-NULL keys, negative keys and the
+//! largest domain. Each query runs on two sessions over the same tables — one with
+//! [`SmallKeyAggregateRule`], one without — and the test also checks that the rule really
+//! chose the small-key operator, so a silent fallback cannot make it pass.
+// Helpers outside #[test] functions may fail loudly too: this is test code.
+#![allow(clippy::expect_used)]
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, Int16Array, Int64Array, Int8Array, UInt8Array,
+};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::datasource::MemTable;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use quiver_agg::SmallKeyAggregateRule;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k8", DataType::Int8, true),
+        Field::new("ku8", DataType::UInt8, true),
+        Field::new("k16", DataType::Int16, true),
+        Field::new("b", DataType::Boolean, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("f", DataType::Float64, true),
+    ]))
+}
+
+/// A batch of `rows` random rows; `null_rate` of every column is NULL. `all_null_keys` makes
+/// every key column NULL; `full_i16` makes `k16` run through all 65,536 values.
+fn batch(
+    rng: &mut StdRng,
+    rows: usize,
+    null_rate: f64,
+    all_null_keys: bool,
+    full_i16: bool,
+) -> RecordBatch {
+    let maybe = |rng: &mut StdRng| !all_null_keys && !rng.random_bool(null_rate);
+    let k8: Int8Array = (0..rows)
+        .map(|_| maybe(rng).then(|| rng.random_range(-128i16..128) as i8))
+        .collect();
+    let ku8: UInt8Array = (0..rows)
+        .map(|_| maybe(rng).then(|| rng.random_range(0u16..256) as u8))
+        .collect();
+    let k16: Int16Array = (0..rows)
+        .map(|i| {
+            if full_i16 {
+                Some((i as i64 % 65_536 - 32_768) as i16)
+            } else {
+                maybe(rng).then(|| rng.random_range(-300i16..300))
+            }
+        })
+        .collect();
+    let b: BooleanArray = (0..rows)
+        .map(|_| maybe(rng).then(|| rng.random_bool(0.5)))
+        .collect();
+    let v: Int64Array = (0..rows)
+        .map(|_| (!rng.random_bool(null_rate)).then(|| rng.random_range(-1_000_000i64..1_000_000)))
+        .collect();
+    // Whole numbers, so sums are exact whatever the order of addition.
+    let f: Float64Array = (0..rows)
+        .map(|_| (!rng.random_bool(null_rate)).then(|| rng.random_range(-1000i64..1000) as f64))
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(k8),
+        Arc::new(ku8),
+        Arc::new(k16),
+        Arc::new(b),
+        Arc::new(v),
+        Arc::new(f),
+    ];
+    RecordBatch::try_new(schema(), columns).expect("batch")
+}
+
+fn contexts(partitions: Vec<Vec<RecordBatch>>) -> (SessionContext, SessionContext) {
+    let config = || SessionConfig::new().with_target_partitions(4);
+    let hash = SessionContext::new_with_config(config());
+    let state = SessionStateBuilder::new()
+        .with_config(config())
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(SmallKeyAggregateRule::new()))
+        .build();
+    let small = SessionContext::new_with_state(state);
+    for ctx in [&hash, &small] {
+        let table = MemTable::try_new(schema(), partitions.clone()).expect("table");
+        ctx.register_table("t", Arc::new(table)).expect("register");
+    }
+    (hash, small)
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
+    let frame = ctx.sql(sql).await.expect("plan");
+    let plan = frame
+        .clone()
+        .create_physical_plan()
+        .await
+        .expect("physical plan");
+    let plan_text = displayable(plan.as_ref()).indent(true).to_string();
+    let batches = frame.collect().await.expect("run");
+    let text = pretty_format_batches(&batches).expect("format").to_string();
+    (text, plan_text)
+}
+
+const AGGREGATES: &str = "count(*) AS c, count(v) AS cv, sum(v) AS s, min(v) AS lo, max(v) AS hi, \
+     avg(f) AS a, sum(f) FILTER (WHERE v > 0) AS sf, bool_or(b) AS any_b";
+
+/// (GROUP BY keys, whether the small-key path must be chosen).
+const KEYS: &[(&str, bool)] = &[
+    ("k8", true),
+    ("ku8", true),
+    ("k16", true),
+    ("b", true),
+    ("k8, b", true),
+    ("ku8, b", true),
+    ("v % 100", true),
+    ("v & 255", true),
+    ("(v & 1023) - 512", true),
+    ("CAST(k8 AS INT) + 1000", true),
+    // Not provably small: hash path, still compared.
+    ("v", false),
+    ("k16, ku8", false),
+];
+
+async fn check_all(partitions: Vec<Vec<RecordBatch>>, what: &str) {
+    let (hash, small) = contexts(partitions);
+    for (keys, expect_small) in KEYS {
+        let sql = format!("SELECT {keys}, {AGGREGATES} FROM t GROUP BY {keys} ORDER BY {keys}");
+        let (expected, hash_plan) = run(&hash, &sql).await;
+        let (actual, small_plan) = run(&small, &sql).await;
+        assert!(!hash_plan.contains("SmallKeyAggregateExec"));
+        assert_eq!(
+            small_plan.contains("SmallKeyAggregateExec"),
+            *expect_small,
+            "{what}: GROUP BY {keys} chose the wrong path:\n{small_plan}"
+        );
+        assert_eq!(
+            actual, expected,
+            "{what}: GROUP BY {keys} differs\n{small_plan}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_data_with_nulls_matches_hash_aggregation() {
+    for seed in 0..3u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let partitions = (0..3)
+            .map(|_| {
+                (0..2)
+                    .map(|_| batch(&mut rng, 3000, 0.1, false, false))
+                    .collect()
+            })
+            .collect();
+        check_all(partitions, &format!("seed {seed}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_input_gives_no_groups() {
+    check_all(vec![vec![], vec![]], "empty").await;
+    let mut rng = StdRng::seed_from_u64(9);
+    check_all(
+        vec![vec![batch(&mut rng, 0, 0.0, false, false)]],
+        "empty batch",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_null_keys_form_one_group() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let partitions = vec![
+        vec![batch(&mut rng, 500, 0.2, true, false)],
+        vec![batch(&mut rng, 500, 0.2, true, false)],
+    ];
+    check_all(partitions, "all-NULL keys").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_int16_domain_matches() {
+    let mut rng = StdRng::seed_from_u64(13);
+    let partitions = vec![
+        vec![batch(&mut rng, 70_000, 0.05, false, true)],
+        vec![batch(&mut rng, 70_000, 0.05, false, true)],
+    ];
+    let (hash, small) = contexts(partitions);
+    let sql = format!("SELECT k16, {AGGREGATES} FROM t GROUP BY k16 ORDER BY k16");
+    let (expected, _) = run(&hash, &sql).await;
+    let (actual, plan) = run(&small, &sql).await;
+    assert!(plan.contains("SmallKeyAggregateExec"), "{plan}");
+    assert!(plan.contains("slots=65537"), "{plan}");
+    assert_eq!(actual, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_over_the_limit_keeps_hash_aggregation() {
+    let mut rng = StdRng::seed_from_u64(17);
+    let partitions = vec![vec![batch(&mut rng, 100, 0.0, false, false)]];
+    let table = MemTable::try_new(schema(), partitions).expect("table");
+    let state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(SmallKeyAggregateRule::with_max_slots(255)))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_table("t", Arc::new(table)).expect("register");
+    let (_, plan) = run(&ctx, "SELECT ku8, count(*) FROM t GROUP BY ku8").await;
+    assert!(!plan.contains("SmallKeyAggregateExec"), "{plan}");
+    let (_, plan) = run(&ctx, "SELECT v % 255, count(*) FROM t GROUP BY v % 255").await;
+    assert!(!plan.contains("SmallKeyAggregateExec"), "{plan}");
+    let (_, plan) = run(&ctx, "SELECT k8 & 127, count(*) FROM t GROUP BY k8 & 127").await;
+    assert!(plan.contains("SmallKeyAggregateExec"), "{plan}");
+}
