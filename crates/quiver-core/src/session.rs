@@ -134,6 +134,7 @@ impl Session {
             .map_err(QuiverError::from)?;
         ctx.register_catalog(DEFAULT_CATALOG, Arc::new(catalog));
         register_file_functions(&ctx);
+        quiver_postgres::register_postgres_functions(&ctx);
         Ok(Session {
             ctx,
             database,
@@ -184,6 +185,9 @@ impl Session {
     /// rows stream from the returned [`QueryResult`].
     pub async fn execute(&self, statement: &Statement) -> Result<QueryResult> {
         let started = Instant::now();
+        if let Some(command) = &statement.command {
+            crate::attach::run_command(&self.ctx, command).await?;
+        }
         let mut inner = statement.inner.clone();
         if let Some(rewritten) = self.rewrite_show(&inner)? {
             inner = rewritten;
