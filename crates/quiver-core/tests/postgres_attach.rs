@@ -1,5 +1,7 @@
 //! ATTACH of a PostgreSQL database, against the private server of quiver-postgres's test
 //! harness.
+// Helpers outside `#[test]` functions (and the shared harness) fail loudly, as tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../quiver-postgres/tests/common/mod.rs"]
 mod common;
@@ -208,4 +210,34 @@ async fn insert_streams_through_copy_in_one_transaction() {
     };
     let refused = refused.expect("READ_ONLY must refuse");
     assert!(refused.to_string().contains("READ_ONLY"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_table_as_writes_a_new_postgres_table() {
+    let Some(pg) = common::cluster() else { return };
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    run(&session, &format!("ATTACH '{dsn}' AS ctas (TYPE postgres)")).await;
+    run(
+        &session,
+        "CREATE TABLE ctas.public.daily_totals AS \
+         SELECT created AS day, count(*) AS orders, sum(total) AS revenue, max(note) AS last_note \
+         FROM ctas.public.orders GROUP BY created",
+    )
+    .await;
+    assert_eq!(
+        pg.psql(
+            "shop",
+            "SELECT count(*), sum(orders), sum(revenue) FROM daily_totals"
+        ),
+        pg.psql(
+            "shop",
+            "SELECT count(DISTINCT created), count(*), sum(total) FROM orders"
+        )
+    );
+    // The new table is visible through the attachment, under both names.
+    assert_eq!(
+        count(&run(&session, "SELECT count(*) FROM ctas.daily_totals").await),
+        366
+    );
 }

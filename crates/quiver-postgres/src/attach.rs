@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
-use datafusion::datasource::TableType;
+use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 
 use crate::catalog::{describe_relation, list_relations, list_schemas, RelationKind};
@@ -78,7 +78,7 @@ pub async fn attach(dsn: &str, options: AttachOptions) -> Result<Arc<PostgresCat
             let provider = PostgresSchema {
                 target: target.clone(),
                 schema: schema.clone(),
-                names: Mutex::new(names),
+                names: Arc::new(Mutex::new(names)),
                 tables: Mutex::new(HashMap::new()),
                 options: options.scan.clone(),
                 lists_names: true,
@@ -113,7 +113,7 @@ impl PostgresCatalog {
         Some(Arc::new(PostgresSchema {
             target: schema.target.clone(),
             schema: schema.schema.clone(),
-            names: Mutex::new(schema.names()),
+            names: Arc::clone(&schema.names),
             tables: Mutex::new(HashMap::new()),
             options: schema.options.clone(),
             lists_names: false,
@@ -139,7 +139,8 @@ impl CatalogProvider for PostgresCatalog {
 pub struct PostgresSchema {
     target: ConnectTarget,
     schema: String,
-    names: Mutex<Vec<(String, RelationKind)>>,
+    /// Shared with the schema's alias in quiver's default catalog.
+    names: Arc<Mutex<Vec<(String, RelationKind)>>>,
     tables: Mutex<HashMap<String, Arc<PostgresTable>>>,
     options: ScanOptions,
     lists_names: bool,
@@ -208,6 +209,50 @@ impl SchemaProvider for PostgresSchema {
 
     fn table_exist(&self, name: &str) -> bool {
         self.kind(name).is_some()
+    }
+
+    /// `CREATE TABLE shop.public.t AS SELECT ...`: DataFusion computes the rows into a memory
+    /// table and registers it here; the table is created in Postgres and filled with one binary
+    /// COPY in one transaction. (Synchronous by DataFusion's API, so it runs on a helper
+    /// thread.)
+    fn register_table(
+        &self,
+        name: String,
+        table: Arc<dyn TableProvider>,
+    ) -> DFResult<Option<Arc<dyn TableProvider>>> {
+        if !self.writable {
+            return Err(PostgresError::ReadOnly(format!(
+                "cannot create table \"{name}\": the database is attached READ_ONLY"
+            ))
+            .into());
+        }
+        let any: &dyn std::any::Any = table.as_ref();
+        let Some(memory) = any.downcast_ref::<MemTable>() else {
+            return Err(PostgresError::InvalidArgument(format!(
+                "cannot create table \"{name}\" in PostgreSQL from a {} table; use CREATE TABLE AS",
+                std::any::type_name_of_val(table.as_ref())
+            ))
+            .into());
+        };
+        let mut batches = Vec::new();
+        for partition in &memory.batches {
+            let partition = partition
+                .try_read()
+                .map_err(|_| DataFusionError::Internal("the new table's rows are locked".into()))?;
+            batches.extend(partition.iter().cloned());
+        }
+        let target = self.target.clone();
+        let schema = self.schema.clone();
+        let table_schema = memory.schema();
+        let created = crate::functions::block_on(async move {
+            crate::copy_in::create_table_as(&target, &schema, &name, table_schema, batches)
+                .await
+                .map(|_| name)
+        })??;
+        if let Ok(mut names) = self.names.lock() {
+            names.push((created, RelationKind::Table));
+        }
+        Ok(None)
     }
 }
 

@@ -348,6 +348,118 @@ impl PostgresSink {
     }
 }
 
+/// The Postgres column type for an Arrow type, for CREATE TABLE AS.
+pub fn pg_type_for(data_type: &DataType) -> Option<(&'static str, PgType)> {
+    use arrow::datatypes::TimeUnit;
+    Some(match data_type {
+        DataType::Boolean => ("bool", PgType::Bool),
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => ("int2", PgType::Int2),
+        DataType::Int32 | DataType::UInt16 => ("int4", PgType::Int4),
+        DataType::Int64 | DataType::UInt32 => ("int8", PgType::Int8),
+        DataType::Float32 => ("float4", PgType::Float4),
+        DataType::Float64 => ("float8", PgType::Float8),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => ("text", PgType::Text),
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => ("bytea", PgType::Bytea),
+        DataType::Date32 => ("date", PgType::Date),
+        DataType::Time64(TimeUnit::Microsecond) => ("time", PgType::Time),
+        DataType::Timestamp(_, None) => ("timestamp", PgType::Timestamp),
+        DataType::Timestamp(_, Some(_)) => ("timestamptz", PgType::TimestampTz),
+        DataType::Interval(_) => ("interval", PgType::Interval),
+        DataType::Dictionary(_, value) if value.is_string() => ("text", PgType::Text),
+        _ => return None,
+    })
+}
+
+/// `CREATE TABLE qualified AS` the rows of `batches`: the table is created and filled with one
+/// binary COPY in one transaction, so a failure leaves no table behind.
+pub async fn create_table_as(
+    target: &ConnectTarget,
+    schema: &str,
+    name: &str,
+    table_schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<u64> {
+    let qualified = crate::sql::qualified_name(schema, name);
+    let mut columns = Vec::new();
+    let mut definitions = Vec::new();
+    let mut fields = Vec::new();
+    for field in table_schema.fields() {
+        let (sql_type, pg_type, arrow_type) = match field.data_type() {
+            DataType::Decimal128(p, s) if *p <= 38 && *s >= 0 => (
+                format!("numeric({p}, {s})"),
+                PgType::Numeric {
+                    precision: *p,
+                    scale: *s,
+                },
+                field.data_type().clone(),
+            ),
+            other => {
+                let (sql_type, pg_type) = pg_type_for(other).ok_or_else(|| {
+                    PostgresError::InvalidArgument(format!(
+                        "CREATE TABLE {qualified} AS: column \"{}\" has type {other}, which quiver \
+                         does not write to PostgreSQL",
+                        field.name()
+                    ))
+                })?;
+                let arrow_type = pg_type.arrow_type();
+                (sql_type.to_string(), pg_type, arrow_type)
+            }
+        };
+        definitions.push(format!("{} {sql_type}", quote_ident(field.name())));
+        fields.push(arrow::datatypes::Field::new(field.name(), arrow_type, true));
+        columns.push(PgColumn {
+            name: field.name().clone(),
+            pg_type,
+        });
+    }
+    let target_schema: SchemaRef = Arc::new(arrow::datatypes::Schema::new(fields));
+    let client = target.connect().await?;
+    let what = format!("creating {qualified}");
+    client
+        .batch_execute(&format!(
+            "BEGIN; CREATE TABLE {qualified} ({})",
+            definitions.join(", ")
+        ))
+        .await
+        .map_err(|e| PostgresError::server(&what, &e))?;
+    let column_list = columns
+        .iter()
+        .map(|c| quote_ident(&c.name))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sink = client
+        .copy_in::<_, Bytes>(
+            format!("COPY {qualified} ({column_list}) FROM STDIN (FORMAT binary)").as_str(),
+        )
+        .await
+        .map_err(|e| PostgresError::server(&what, &e))?;
+    futures::pin_mut!(sink);
+    sink.send(header())
+        .await
+        .map_err(|e| PostgresError::server(&what, &e))?;
+    for batch in &batches {
+        let batch = cast_batch(batch, &target_schema, &columns)?;
+        let mut out = BytesMut::with_capacity(batch.get_array_memory_size() + 1024);
+        encode_batch(&batch, &columns, &mut out)?;
+        sink.send(out.freeze())
+            .await
+            .map_err(|e| PostgresError::server(&what, &e))?;
+    }
+    sink.send(trailer())
+        .await
+        .map_err(|e| PostgresError::server(&what, &e))?;
+    let rows = sink
+        .as_mut()
+        .finish()
+        .await
+        .map_err(|e| PostgresError::server(&what, &e))?;
+    client
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| PostgresError::server(&what, &e))?;
+    Ok(rows)
+}
+
 /// Casts the input's columns to the table's Arrow types (an INSERT's values may be wider).
 fn cast_batch(
     batch: &RecordBatch,

@@ -1,4 +1,6 @@
 //! The scanner against a real PostgreSQL started by the test harness (`common/mod.rs`).
+// Helpers outside `#[test]` functions (and the shared harness) fail loudly, as tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -80,7 +82,7 @@ async fn every_type_is_read_value_by_value() {
     assert_eq!(batch.num_rows(), 3);
     let col = |name: &str| batch.column_by_name(name).unwrap().clone();
 
-    assert_eq!(col("b").as_boolean().value(0), true);
+    assert!(col("b").as_boolean().value(0));
     assert_eq!(col("i2").as_primitive::<Int16Type>().value(1), 32767);
     assert_eq!(col("i4").as_primitive::<Int32Type>().value(1), i32::MIN);
     assert_eq!(
@@ -533,4 +535,35 @@ async fn parallel_scans_see_one_snapshot_under_concurrent_writes() {
     stop.store(true, Ordering::Relaxed);
     let commits = writer.await.unwrap();
     assert!(commits > 0, "the writer never committed while scans ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropping_a_scan_cancels_the_server_side_copy() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = format!("{} application_name=quiver_cancel_test", pg.dsn("shop"));
+    let sql = format!(
+        "SELECT * FROM postgres_scan({}, 'public', 'wide', named_struct('connections', 1), named_struct('pages_per_task', 1000000))",
+        lit(&dsn)
+    );
+    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
+    assert!(stream.next().await.expect("a first batch").is_ok());
+    let copying = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'quiver_cancel_test' AND query LIKE 'COPY%' AND state = 'active'";
+    assert_eq!(
+        pg.psql("shop", copying),
+        "1",
+        "the COPY runs while the scan is read"
+    );
+    // What Ctrl-C does: the consumer drops the stream.
+    drop(stream);
+    let mut still = String::new();
+    for _ in 0..100 {
+        still = pg.psql("shop", copying);
+        if still == "0" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(still, "0", "the server-side COPY was not cancelled");
 }
