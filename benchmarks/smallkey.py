@@ -49,23 +49,23 @@ def queries(rows: int) -> dict[str, dict[str, str]]:
         },
         "mod": {
             "quiver": f"SELECT number % 10000 AS k, count() AS c, sum(number) AS s FROM numbers_mt({n}) "
-                      "GROUP BY k ORDER BY k LIMIT 10",
+            "GROUP BY k ORDER BY k LIMIT 10",
             "chdb": f"SELECT number % 10000 AS k, count() AS c, sum(number) AS s FROM numbers_mt({n}) "
-                    "GROUP BY k ORDER BY k LIMIT 10",
+            "GROUP BY k ORDER BY k LIMIT 10",
             "duckdb": f"SELECT range % 10000 AS k, count(*) AS c, sum(range) AS s FROM range({n}) "
-                      "GROUP BY k ORDER BY k LIMIT 10",
+            "GROUP BY k ORDER BY k LIMIT 10",
             "datafusion": f"SELECT value % 10000 AS k, count(*) AS c, sum(value) AS s "
-                          f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY k LIMIT 10",
+            f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY k LIMIT 10",
         },
         "uniq": {
             "quiver": f"SELECT number % 10000 AS k, uniq(number) AS u FROM numbers_mt({n}) "
-                      "GROUP BY k ORDER BY k LIMIT 10",
+            "GROUP BY k ORDER BY k LIMIT 10",
             "chdb": f"SELECT number % 10000 AS k, uniq(number) AS u FROM numbers_mt({n}) "
-                    "GROUP BY k ORDER BY k LIMIT 10",
+            "GROUP BY k ORDER BY k LIMIT 10",
             "duckdb": f"SELECT range % 10000 AS k, approx_count_distinct(range) AS u FROM range({n}) "
-                      "GROUP BY k ORDER BY k LIMIT 10",
+            "GROUP BY k ORDER BY k LIMIT 10",
             "datafusion": f"SELECT value % 10000 AS k, approx_distinct(value) AS u "
-                          f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY k LIMIT 10",
+            f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY k LIMIT 10",
         },
         "k8": {
             "quiver": "SELECT k8, count(*), avg(v) FROM df GROUP BY k8",
@@ -92,8 +92,13 @@ def best_of(action, runs: int) -> float | None:
 
 def run_quiver(sql: str, runs: int, setup: str = "") -> float | None:
     script = setup + (sql + ";\n") * runs
-    done = subprocess.run([quiver_binary(), "--no-progress", "-f", "Null", "--time"],
-                          input=script, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [quiver_binary(), "--no-progress", "-f", "Null", "--time"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     elapsed = [float(m) for m in ELAPSED.findall(done.stderr)]
     elapsed = elapsed[-runs:]
     if done.returncode != 0 or len(elapsed) != runs:
@@ -120,10 +125,12 @@ def main() -> None:
     df = None
     if "k8" in wanted:
         rng = np.random.default_rng(42)
-        df = pd.DataFrame({
-            "k8": rng.integers(0, 256, args.df_rows, dtype=np.uint8),
-            "v": rng.random(args.df_rows),
-        })
+        df = pd.DataFrame(
+            {
+                "k8": rng.integers(0, 256, args.df_rows, dtype=np.uint8),
+                "v": rng.random(args.df_rows),
+            }
+        )
 
     results: dict[str, dict[str, float | None]] = {q: {} for q in wanted}
     for engine in engines:
@@ -133,9 +140,11 @@ def main() -> None:
                 setup = ""
                 if q == "k8":
                     # The same values as the DataFrame: quiver's CLI builds them itself (untimed).
-                    setup = ("CREATE TABLE df AS SELECT CAST(k8 AS TINYINT UNSIGNED) AS k8, v FROM "
-                             f"(SELECT CAST(random() * 256 AS INT) % 256 AS k8, random() AS v "
-                             f"FROM numbers_mt({args.df_rows}));\n")
+                    setup = (
+                        "CREATE TABLE df AS SELECT CAST(k8 AS TINYINT UNSIGNED) AS k8, v FROM "
+                        f"(SELECT CAST(random() * 256 AS INT) % 256 AS k8, random() AS v "
+                        f"FROM numbers_mt({args.df_rows}));\n"
+                    )
                 results[q][engine] = run_quiver(sql[q][engine], args.runs, setup)
                 print(f"  {q}: {results[q][engine]}", flush=True)
         elif engine == "chdb":
@@ -143,7 +152,8 @@ def main() -> None:
 
             for q in wanted:
                 results[q][engine] = best_of(
-                    lambda s=sql[q][engine]: chdb.query(s, "ArrowTable"), args.runs)
+                    lambda s=sql[q][engine]: chdb.query(s, "ArrowTable"), args.runs
+                )
                 print(f"  {q}: {results[q][engine]}", flush=True)
         elif engine == "duckdb":
             import duckdb
@@ -151,6 +161,7 @@ def main() -> None:
             con = duckdb.connect()
             if df is not None:
                 con.register("df", df)
+
             def fetch(query):
                 result = con.execute(query)
                 # DuckDB 2 renamed fetch_arrow_table(); both fetch the whole result as Arrow.
@@ -169,7 +180,8 @@ def main() -> None:
                 ctx.from_pandas(df, name="df")
             for q in wanted:
                 results[q][engine] = best_of(
-                    lambda s=sql[q][engine]: ctx.sql(s).collect(), args.runs)
+                    lambda s=sql[q][engine]: ctx.sql(s).collect(), args.runs
+                )
                 print(f"  {q}: {results[q][engine]}", flush=True)
 
     versions = {}
@@ -178,15 +190,18 @@ def main() -> None:
             versions[module] = __import__(module).__version__
         except Exception:
             pass
-    versions["quiver"] = subprocess.run([quiver_binary(), "--version"], capture_output=True,
-                                        text=True).stdout.strip()
+    versions["quiver"] = subprocess.run(
+        [quiver_binary(), "--version"], capture_output=True, text=True
+    ).stdout.strip()
     binary = pathlib.Path(quiver_binary()).parent.name
 
     lines = [
         f"Small-key GROUP BY and uniq, N = {args.rows:,} (numbers), {args.df_rows:,}-row DataFrame "
         f"(k8), best of {args.runs}, seconds (lower is better); quiver binary profile `{binary}`.",
         "",
-        "| query | " + " | ".join(engines) + " | quiver / chDB | quiver / DuckDB | quiver / datafusion |",
+        "| query | "
+        + " | ".join(engines)
+        + " | quiver / chDB | quiver / DuckDB | quiver / datafusion |",
         "|---|" + "---:|" * (len(engines) + 3),
     ]
     for q in wanted:
@@ -203,9 +218,12 @@ def main() -> None:
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "smallkey.md").write_text(text)
-    (out / "smallkey.json").write_text(json.dumps({"results": results, "versions": versions,
-                                                   "rows": args.rows, "df_rows": args.df_rows},
-                                                  indent=2))
+    (out / "smallkey.json").write_text(
+        json.dumps(
+            {"results": results, "versions": versions, "rows": args.rows, "df_rows": args.df_rows},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

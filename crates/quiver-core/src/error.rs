@@ -137,13 +137,16 @@ fn classify(error: DataFusionError, context: Option<String>) -> QuiverError {
                 None => *quiver,
                 Some(context) => prefix(*quiver, &context),
             },
-            Err(other) => match other.downcast::<DataFusionError>() {
-                Ok(inner) => classify(*inner, context),
-                Err(other) => match other.downcast::<ArrowError>() {
-                    Ok(arrow) => classify_arrow(*arrow, context),
-                    Err(other) => match other.downcast::<std::io::Error>() {
-                        Ok(io) => QuiverError::Io(with_context(io.to_string())),
-                        Err(other) => QuiverError::Execution(with_context(other.to_string())),
+            Err(other) => match other.downcast::<quiver_postgres::PostgresError>() {
+                Ok(postgres) => classify_postgres(*postgres, context),
+                Err(other) => match other.downcast::<DataFusionError>() {
+                    Ok(inner) => classify(*inner, context),
+                    Err(other) => match other.downcast::<ArrowError>() {
+                        Ok(arrow) => classify_arrow(*arrow, context),
+                        Err(other) => match other.downcast::<std::io::Error>() {
+                            Ok(io) => QuiverError::Io(with_context(io.to_string())),
+                            Err(other) => QuiverError::Execution(with_context(other.to_string())),
+                        },
                     },
                 },
             },
@@ -181,6 +184,25 @@ fn classify(error: DataFusionError, context: Option<String>) -> QuiverError {
         DataFusionError::Internal(message) => QuiverError::Internal(with_context(message)),
         DataFusionError::Substrait(message) => QuiverError::NotImplemented(message),
         DataFusionError::Ffi(message) => QuiverError::Internal(message),
+    }
+}
+
+/// The Postgres scanner's errors, by what the user has to do about them.
+fn classify_postgres(
+    error: quiver_postgres::PostgresError,
+    context: Option<String>,
+) -> QuiverError {
+    use quiver_postgres::PostgresErrorKind;
+    let kind = error.kind();
+    let message = match context {
+        Some(context) => format!("{context}: {error}"),
+        None => error.to_string(),
+    };
+    match kind {
+        PostgresErrorKind::InvalidInput => QuiverError::InvalidInput(message),
+        PostgresErrorKind::Catalog => QuiverError::Catalog(message),
+        PostgresErrorKind::Conversion => QuiverError::Conversion(message),
+        PostgresErrorKind::Io => QuiverError::Io(message),
     }
 }
 

@@ -15,6 +15,7 @@
 //! * DuckDB's `COPY … TO … (FORMAT …)` options;
 //! * one typed error ([`QuiverError`]) that names what is wrong.
 
+mod attach;
 pub mod database;
 pub mod error;
 pub mod external;

@@ -147,6 +147,7 @@ impl Session {
         ctx.register_catalog(DEFAULT_CATALOG, Arc::new(catalog));
         register_file_functions(&ctx);
         quiver_functions::register(&ctx);
+        quiver_postgres::register_postgres_functions(&ctx);
         Ok(Session {
             ctx,
             database,
@@ -207,6 +208,9 @@ impl Session {
         options: ExecuteOptions<'_>,
     ) -> Result<QueryResult> {
         let started = Instant::now();
+        if let Some(command) = &statement.command {
+            crate::attach::run_command(&self.ctx, command).await?;
+        }
         let mut inner = statement.inner.clone();
         if let Some(rewritten) = self.rewrite_show(&inner)? {
             inner = rewritten;

@@ -27,12 +27,17 @@ pub struct Statement {
     pub format: Option<OutputFormat>,
     /// 1-based line of the statement's first token in the whole text.
     pub line: u64,
+    /// ATTACH / DETACH, which quiver runs itself (`inner` is then an empty query).
+    pub(crate) command: Option<crate::attach::Command>,
 }
 
 impl Statement {
     /// Whether this statement returns rows to show (a query, EXPLAIN, SHOW, DESCRIBE), as
     /// opposed to a statement run for its effect (DDL, INSERT, COPY, SET).
     pub fn returns_rows(&self) -> bool {
+        if self.command.is_some() {
+            return false;
+        }
         match &self.inner {
             DFStatement::Statement(statement) => matches!(
                 statement.as_ref(),
@@ -68,6 +73,19 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
         let (start, end) = (first.span.start, last.span.end);
         let starts_with_copy =
             matches!(&first.token, Token::Word(word) if word.keyword == Keyword::COPY);
+        let command = if crate::attach::is_command(&first.token) {
+            let significant = chunk.iter().filter(|t| !is_trivia(&t.token)).cloned();
+            Some(crate::attach::parse_command(significant.collect())?)
+        } else {
+            None
+        };
+        let chunk = match command {
+            // The statement runs as an empty query once the command has run.
+            Some(_) => Tokenizer::new(&dialect, "SELECT NULL WHERE FALSE")
+                .tokenize_with_location()
+                .map_err(|e| parser_error_to_quiver(&e.to_string()))?,
+            None => chunk,
+        };
         let mut parser = DFParserBuilder::new(chunk)
             .with_dialect(&dialect)
             .build()
@@ -97,6 +115,7 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
             text,
             format,
             line: start.line,
+            command,
         });
     }
     Ok(statements)

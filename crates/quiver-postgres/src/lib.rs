@@ -1,1 +1,34 @@
-//! placeholder
+//! # quiver-postgres
+//!
+//! quiver's PostgreSQL scanner, the design of DuckDB's Postgres scanner in Rust:
+//!
+//! * tables are read with `COPY (SELECT …) TO STDOUT (FORMAT binary)` and the byte stream is
+//!   decoded straight into Arrow builders ([`binary_copy`] is the pure parser, [`decode`] the
+//!   per-type decoders, [`types`] the type map);
+//! * a scan is split into ctid page ranges read in parallel on a pool of connections that all
+//!   import one exported snapshot per query ([`scan`], [`snapshot`]);
+//! * projections always, and filters where Postgres evaluates them exactly as quiver would, are
+//!   pushed into the generated SQL, through one quoting helper ([`sql`]);
+//! * a database can be attached as a catalog ([`attach`]) and written to with binary
+//!   `COPY ... FROM STDIN` in one transaction ([`copy_in`]).
+//!
+//! Connection strings are libpq's, with its PG* environment variables ([`connection`]).
+
+pub mod attach;
+pub mod binary_copy;
+pub mod catalog;
+pub mod connection;
+pub mod copy_in;
+pub mod decode;
+pub mod error;
+pub mod functions;
+pub mod scan;
+pub mod snapshot;
+pub mod sql;
+pub mod types;
+
+pub use attach::{attach, AttachOptions, PostgresCatalog};
+pub use connection::ConnectTarget;
+pub use error::{PostgresError, PostgresErrorKind};
+pub use functions::register_postgres_functions;
+pub use scan::{PostgresTable, ScanOptions};

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Postgres-scanner benchmarks, every peer in one run (see benchmarks/README.md).
+
+    python benchmarks/postgres_bench.py [--dsn 'host=... port=... user=postgres dbname=tpch']
+                                        [--connections 2] [--runs 3] [--skip-scan] [--skip-tpch]
+
+Needs the TPC-H database of `postgres_setup.py` and a venv with duckdb==1.5.5,
+duckdb-extension-postgres-scanner, duckdb-extension-tpch, connectorx and pyarrow.
+
+1. Full scan of `lineitem` into Arrow with N connections: quiver (CLI, `--time`), DuckDB's
+   postgres_scanner, ConnectorX (partition_on="l_orderkey"), and the floor: N `psql` processes
+   writing the binary COPY of the same ctid halves to /dev/null. Best of --runs.
+2. The 22 TPC-H queries: quiver over the attached database, DuckDB over the same database
+   (ATTACH ... TYPE postgres), and Postgres running them itself, 60 s timeout each, answers
+   checked against DuckDB's `tpch_answers()` (scale factor 1).
+
+Writes benchmarks/results/postgres.{md,json}.
+"""
+
+import argparse
+import concurrent.futures
+import glob
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+TIMEOUT_S = 60
+ELAPSED = re.compile(r"Elapsed: ([0-9.]+) s")
+
+
+def quiver_binary() -> str:
+    if os.environ.get("QUIVER_BINARY"):
+        return os.environ["QUIVER_BINARY"]
+    target = os.environ.get("CARGO_TARGET_DIR", str(pathlib.Path.home() / ".cache/quiver/target"))
+    for profile in ("dist", "ci"):
+        path = pathlib.Path(target) / profile / "quiver"
+        if path.exists():
+            return str(path)
+    sys.exit("no quiver binary: run `make build` or `make bench-build` first")
+
+
+def dsn_parts(dsn: str) -> dict:
+    return dict(part.split("=", 1) for part in dsn.split())
+
+
+def duckdb_connection(threads: int):
+    import duckdb
+
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    site = pathlib.Path(duckdb.__file__).resolve().parent.parent
+    for name in ("postgres_scanner", "tpch"):
+        path = glob.glob(
+            str(site / f"duckdb_extension_{name}" / "extensions" / "*" / f"{name}.duckdb_extension")
+        )
+        con.execute(f"LOAD '{path[0]}'")
+    con.execute(f"SET threads = {threads}")
+    return con
+
+
+def fetch_arrow(result):
+    if hasattr(result, "to_arrow_table"):
+        return result.to_arrow_table()
+    return result.fetch_arrow_table()
+
+
+def best(samples):
+    samples = [s for s in samples if s is not None]
+    return min(samples) if samples else None
+
+
+# ---------------------------------------------------------------- 1. full scan of lineitem
+def scan_quiver(dsn, connections, runs):
+    sql = (
+        f"SELECT * FROM postgres_scan('{dsn}', 'public', 'lineitem', connections => {connections});\n"
+    ) * runs
+    done = subprocess.run(
+        [quiver_binary(), "--no-progress", "--threads", str(connections), "-f", "Null", "--time"],
+        input=sql,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    times = [float(t) for t in ELAPSED.findall(done.stderr)]
+    if done.returncode != 0 or len(times) != runs:
+        print("quiver scan failed:", done.stderr[-500:])
+        return None
+    return min(times)
+
+
+def scan_duckdb(dsn, connections, runs):
+    con = duckdb_connection(connections)
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        reader = con.execute(
+            f"SELECT * FROM postgres_scan('{dsn}', 'public', 'lineitem')"
+        ).fetch_record_batch(122880)
+        rows = sum(batch.num_rows for batch in reader)
+        samples.append(time.perf_counter() - started)
+        assert rows == 6001215, rows
+    return min(samples)
+
+
+def scan_connectorx(dsn, connections, runs):
+    import connectorx as cx
+
+    parts = dsn_parts(dsn)
+    uri = f"postgresql://{parts['user']}@localhost:{parts['port']}/{parts['dbname']}"
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        table = cx.read_sql(
+            uri,
+            "SELECT * FROM lineitem",
+            partition_on="l_orderkey",
+            partition_num=connections,
+            return_type="arrow",
+        )
+        samples.append(time.perf_counter() - started)
+        assert table.num_rows == 6001215, table.num_rows
+        del table
+    return min(samples)
+
+
+def psql_path():
+    for candidate in [*sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"), reverse=True), "psql"]:
+        return candidate
+
+
+def scan_floor(dsn, connections, runs):
+    parts = dsn_parts(dsn)
+    base = [
+        psql_path(),
+        "-X",
+        "-q",
+        "-h",
+        parts["host"],
+        "-p",
+        parts["port"],
+        "-U",
+        parts["user"],
+        "-d",
+        parts["dbname"],
+    ]
+    pages = int(
+        subprocess.run(
+            [
+                *base,
+                "-A",
+                "-t",
+                "-c",
+                "SELECT pg_relation_size('lineitem') / current_setting('block_size')::int",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    step = math.ceil(pages / connections)
+    commands = []
+    for i in range(connections):
+        low, high = i * step, (i + 1) * step
+        cond = f"ctid >= '({low},0)'::tid" + (
+            f" AND ctid < '({high},0)'::tid" if i + 1 < connections else ""
+        )
+        commands.append(
+            [*base, "-c", f"COPY (SELECT * FROM lineitem WHERE {cond}) TO STDOUT (FORMAT binary)"]
+        )
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL) for c in commands]
+        for p in procs:
+            assert p.wait() == 0
+        samples.append(time.perf_counter() - started)
+    return min(samples)
+
+
+# ---------------------------------------------------------------- 2. TPC-H
+def tpch_queries_and_answers():
+    con = duckdb_connection(2)
+    queries = [
+        q for _, q in sorted(con.execute("SELECT query_nr, query FROM tpch_queries()").fetchall())
+    ]
+    answers = {
+        nr: text
+        for nr, text in con.execute(
+            "SELECT query_nr, answer FROM tpch_answers() WHERE scale_factor = 1"
+        ).fetchall()
+    }
+    return queries, answers
+
+
+def cells(line: str):
+    return [c.strip() for c in line.split("|")]
+
+
+def same_answer(rows: list[list[str]], answer: str) -> bool:
+    expected = [cells(line) for line in answer.strip().splitlines()[1:]]
+    if len(rows) != len(expected):
+        return False
+    for got, want in zip(rows, expected):
+        if len(got) != len(want):
+            return False
+        for g, w in zip(got, want):
+            if g == w:
+                continue
+            try:
+                if abs(float(g) - float(w)) > 0.01 + 1e-6 * abs(float(w)):
+                    return False
+            except ValueError:
+                if g.strip() != w.strip():
+                    return False
+    return True
+
+
+def run_tpch_quiver(dsn, queries, answers, threads):
+    times, correct = [], []
+    for number, query in enumerate(queries, start=1):
+        script = (
+            f"ATTACH '{dsn}' AS tpch (TYPE postgres, READ_ONLY);\n"
+            "SET datafusion.catalog.default_schema = 'tpch';\n" + query.strip().rstrip(";") + ";\n"
+        )
+        try:
+            done = subprocess.run(
+                [
+                    quiver_binary(),
+                    "--no-progress",
+                    "--threads",
+                    str(threads),
+                    "-f",
+                    "TSV",
+                    "--time",
+                ],
+                input=script,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            print(f"  quiver Q{number}: timeout", flush=True)
+            times.append(None)
+            correct.append(False)
+            continue
+        elapsed = [float(t) for t in ELAPSED.findall(done.stderr)]
+        if done.returncode != 0 or len(elapsed) != 3:
+            print(f"  quiver Q{number}: failed: {done.stderr.strip()[-400:]}", flush=True)
+            times.append(None)
+            correct.append(False)
+            continue
+        rows = (
+            [line.split("\t") for line in done.stdout.strip().splitlines()]
+            if done.stdout.strip()
+            else []
+        )
+        ok = same_answer(rows, answers[number])
+        times.append(elapsed[2])
+        correct.append(ok)
+        print(f"  quiver Q{number}: {elapsed[2]:.3f} s{'' if ok else ' WRONG ANSWER'}", flush=True)
+    return times, correct
+
+
+def run_tpch_duckdb(dsn, queries, answers, threads):
+    times, correct = [], []
+    con = duckdb_connection(threads)
+    con.execute(f"ATTACH '{dsn}' AS tpch (TYPE postgres, READ_ONLY)")
+    con.execute("USE tpch")
+    for number, query in enumerate(queries, start=1):
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            started = time.perf_counter()
+            future = pool.submit(lambda: con.execute(query).fetchall())
+            try:
+                rows = future.result(timeout=TIMEOUT_S)
+                elapsed = time.perf_counter() - started
+            except concurrent.futures.TimeoutError:
+                con.interrupt()
+                print(f"  duckdb Q{number}: timeout", flush=True)
+                times.append(None)
+                correct.append(False)
+                continue
+        text = [
+            [("" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))) for v in row]
+            for row in rows
+        ]
+        ok = same_answer(text, answers[number])
+        times.append(elapsed)
+        correct.append(ok)
+        print(
+            f"  duckdb Q{number}: {elapsed:.3f} s{'' if ok else ' (answer differs in formatting or value)'}",
+            flush=True,
+        )
+    return times, correct
+
+
+def run_tpch_postgres(dsn, queries):
+    parts = dsn_parts(dsn)
+    base = [
+        psql_path(),
+        "-X",
+        "-q",
+        "-A",
+        "-t",
+        "-h",
+        parts["host"],
+        "-p",
+        parts["port"],
+        "-U",
+        parts["user"],
+        "-d",
+        parts["dbname"],
+        "-v",
+        "ON_ERROR_STOP=1",
+    ]
+    times = []
+    for number, query in enumerate(queries, start=1):
+        script = (
+            f"SET statement_timeout = '{TIMEOUT_S}s';\n\\timing on\n{query.strip().rstrip(';')};\n"
+        )
+        done = subprocess.run(base, input=script, capture_output=True, text=True)
+        ms = re.findall(r"Time: ([0-9.]+) ms", done.stdout)
+        if done.returncode != 0 or not ms:
+            print(
+                f"  postgres Q{number}: timeout or error: {done.stderr.strip()[-200:]}", flush=True
+            )
+            times.append(None)
+        else:
+            times.append(float(ms[-1]) / 1000)
+            print(f"  postgres Q{number}: {times[-1]:.3f} s", flush=True)
+    return times
+
+
+def fmt(value):
+    return "timeout/failed" if value is None else f"{value:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--dsn", default="host=/var/tmp/quiver-pg-bench port=54329 user=postgres dbname=tpch"
+    )
+    parser.add_argument("--connections", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-scan", action="store_true")
+    parser.add_argument("--skip-tpch", action="store_true")
+    args = parser.parse_args()
+    results = {"connections": args.connections}
+    lines = [
+        f"Postgres scanner benchmarks (one run, {args.connections} connections/threads, "
+        f"binary `{pathlib.Path(quiver_binary()).parent.name}` profile)",
+        "",
+    ]
+    if not args.skip_scan:
+        print("full scan of lineitem", flush=True)
+        scan = {}
+        for name, fn in [
+            ("floor (psql binary COPY to /dev/null)", scan_floor),
+            ("quiver", scan_quiver),
+            ("DuckDB 1.5.5 postgres_scanner", scan_duckdb),
+            ("ConnectorX", scan_connectorx),
+        ]:
+            try:
+                scan[name] = fn(args.dsn, args.connections, args.runs)
+            except Exception as error:  # a peer failing is a result, not a crash
+                print(f"  {name} failed: {error}")
+                scan[name] = None
+            print(f"  {name}: {fmt(scan[name])} s", flush=True)
+        results["scan"] = scan
+        floor = scan["floor (psql binary COPY to /dev/null)"]
+        duck = scan["DuckDB 1.5.5 postgres_scanner"]
+        lines += [
+            f"## Full scan of lineitem (6,001,215 rows) into Arrow, best of {args.runs}",
+            "",
+            "| reader | seconds | × floor | × DuckDB |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, value in scan.items():
+            ratio_floor = f"{value / floor:.2f}" if value and floor else "-"
+            ratio_duck = f"{value / duck:.2f}" if value and duck else "-"
+            lines.append(f"| {name} | {fmt(value)} | {ratio_floor} | {ratio_duck} |")
+        lines.append("")
+    if not args.skip_tpch:
+        queries, answers = tpch_queries_and_answers()
+        print("TPC-H through quiver", flush=True)
+        q_times, q_ok = run_tpch_quiver(args.dsn, queries, answers, args.connections)
+        print("TPC-H through DuckDB", flush=True)
+        d_times, d_ok = run_tpch_duckdb(args.dsn, queries, answers, args.connections)
+        print("TPC-H in Postgres", flush=True)
+        p_times = run_tpch_postgres(args.dsn, queries)
+        results["tpch"] = {
+            "quiver": q_times,
+            "quiver_correct": q_ok,
+            "duckdb": d_times,
+            "duckdb_correct": d_ok,
+            "postgres": p_times,
+        }
+        lines += [
+            "## TPC-H SF1 over Postgres (60 s timeout per query)",
+            "",
+            "| query | quiver s | answer | DuckDB s | Postgres s |",
+            "|---|---:|:---:|---:|---:|",
+        ]
+        for i in range(len(queries)):
+            lines.append(
+                f"| Q{i + 1} | {fmt(q_times[i])} | {'ok' if q_ok[i] else 'WRONG/failed'} | "
+                f"{fmt(d_times[i])} | {fmt(p_times[i])} |"
+            )
+        total = lambda ts: sum(t for t in ts if t is not None)
+        lines += [
+            "",
+            f"Totals: quiver {total(q_times):.2f} s ({sum(t is None for t in q_times)} failed, "
+            f"{sum(not ok for ok in q_ok)} not matching tpch_answers()), DuckDB {total(d_times):.2f} s "
+            f"({sum(t is None for t in d_times)} failed), Postgres {total(p_times):.2f} s "
+            f"({sum(t is None for t in p_times)} timed out).",
+        ]
+        both = [i for i in range(len(queries)) if p_times[i] is not None and q_times[i] is not None]
+        lines.append(
+            f"On the {len(both)} queries Postgres finished: quiver {sum(q_times[i] for i in both):.2f} s, "
+            f"Postgres {sum(p_times[i] for i in both):.2f} s."
+        )
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "postgres.md").write_text("\n".join(lines) + "\n")
+    (out / "postgres.json").write_text(json.dumps(results, indent=2))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

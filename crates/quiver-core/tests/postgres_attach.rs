@@ -1,0 +1,243 @@
+//! ATTACH of a PostgreSQL database, against the private server of quiver-postgres's test
+//! harness.
+// Helpers outside `#[test]` functions (and the shared harness) fail loudly, as tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../quiver-postgres/tests/common/mod.rs"]
+mod common;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::Int64Type;
+use quiver_core::{QuiverError, Session};
+
+async fn run(session: &Session, sql: &str) -> Vec<RecordBatch> {
+    session
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn count(batches: &[RecordBatch]) -> i64 {
+    batches[0].column(0).as_primitive::<Int64Type>().value(0)
+}
+
+fn strings(batches: &[RecordBatch], column: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let array = datafusion::arrow::compute::cast(
+            batch.column(column),
+            &datafusion::arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let array = array.as_string::<i32>();
+        for i in 0..array.len() {
+            out.push(array.value(i).to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn attach_query_show_describe_detach() {
+    let Some(pg) = common::cluster() else { return };
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    run(
+        &session,
+        &format!("ATTACH '{dsn}' AS shop (TYPE postgres, SCHEMA 'public', READ_ONLY)"),
+    )
+    .await;
+
+    assert_eq!(
+        count(&run(&session, "SELECT count(*) FROM shop.orders").await),
+        50_000
+    );
+    assert_eq!(
+        count(&run(&session, "SELECT count(*) FROM shop.public.measurements").await),
+        30_000
+    );
+    let cased = run(
+        &session,
+        "SELECT \"Name\" FROM shop.\"Other Schema\".\"Cased\" WHERE \"Id\" = 1",
+    )
+    .await;
+    assert_eq!(strings(&cased, 0), vec!["one"]);
+
+    // A self-join and a join of two tables read in one query.
+    let joined = run(
+        &session,
+        "SELECT count(*) FROM shop.orders a JOIN shop.orders b ON a.id = b.id + 1 \
+         JOIN shop.customer_totals c ON c.customer = a.customer",
+    )
+    .await;
+    assert_eq!(count(&joined), 49_999);
+
+    let tables = strings(&run(&session, "SHOW TABLES").await, 0);
+    for table in [
+        "orders",
+        "all_types",
+        "measurements",
+        "big_orders",
+        "we\"ird",
+        "Cased",
+    ] {
+        assert!(tables.contains(&table.to_string()), "{table} in {tables:?}");
+    }
+    assert_eq!(
+        tables.iter().filter(|t| *t == "orders").count(),
+        1,
+        "each table is listed once"
+    );
+
+    let described = run(&session, "DESCRIBE shop.orders").await;
+    assert_eq!(
+        strings(&described, 0),
+        vec!["id", "customer", "total", "created", "note"]
+    );
+
+    let explain = strings(
+        &run(&session, "EXPLAIN SELECT * FROM shop.orders WHERE id = 7").await,
+        1,
+    )
+    .join("\n");
+    assert!(explain.contains("PostgresScanExec"), "{explain}");
+    assert!(!explain.contains("FilterExec"), "{explain}");
+
+    let again = session
+        .sql(&format!("ATTACH '{dsn}' AS shop (TYPE postgres)"))
+        .await;
+    assert!(matches!(again, Err(QuiverError::Catalog(_))), "{again:?}");
+    run(
+        &session,
+        &format!("ATTACH IF NOT EXISTS '{dsn}' AS shop (TYPE postgres)"),
+    )
+    .await;
+
+    run(&session, "DETACH shop").await;
+    let gone = session.sql("SELECT count(*) FROM shop.orders").await;
+    assert!(matches!(gone, Err(QuiverError::Catalog(_))), "{gone:?}");
+    assert!(session.sql("DETACH shop").await.is_err());
+    run(&session, "DETACH IF EXISTS shop").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn table_functions_work_through_the_session() {
+    let Some(pg) = common::cluster() else { return };
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    let batches = run(
+        &session,
+        &format!(
+            "SELECT count(*) FROM postgres_scan_pushdown('{dsn}', 'public', 'orders', pages_per_task => 20) \
+             WHERE customer = 5"
+        ),
+    )
+    .await;
+    assert_eq!(
+        count(&batches).to_string(),
+        pg.psql("shop", "SELECT count(*) FROM orders WHERE customer = 5")
+    );
+    let error = session
+        .sql("SELECT * FROM postgres_scan('host=/nonexistent port=1 user=x password=topsecret', 'public', 't')")
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(!error.contains("topsecret"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insert_streams_through_copy_in_one_transaction() {
+    let Some(pg) = common::cluster() else { return };
+    pg.psql(
+        "shop",
+        "CREATE TABLE sink_writes (id int PRIMARY KEY, name text, amount numeric(10, 2), day date, \
+         flag bool, at timestamptz, payload bytea)",
+    );
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    run(&session, &format!("ATTACH '{dsn}' AS rw (TYPE postgres)")).await;
+    run(
+        &session,
+        "INSERT INTO rw.public.sink_writes (id, name, amount, day, flag, payload) \
+         SELECT value, 'name ' || value, value / 4.0, DATE '2024-01-01' + CAST(value AS INT), \
+                value % 2 = 0, CAST('x' AS BYTEA) \
+         FROM generate_series(1, 1000)",
+    )
+    .await;
+    assert_eq!(
+        pg.psql(
+            "shop",
+            "SELECT count(*), sum(amount), max(day), count(*) FILTER (WHERE flag), min(name) FROM sink_writes"
+        ),
+        "1000|125125.00|2026-09-27|500|name 1"
+    );
+    // Reading back through quiver gives the same values.
+    let back = run(&session, "SELECT sum(amount) FROM rw.public.sink_writes").await;
+    assert_eq!(strings(&back, 0), vec!["125125.00".to_string()],);
+
+    // A duplicate key at the end of a large insert fails it, and nothing of it is written.
+    let failed = match session
+        .sql(
+            "INSERT INTO rw.public.sink_writes (id) \
+             SELECT value FROM generate_series(1001, 60000) UNION ALL SELECT 5",
+        )
+        .await
+    {
+        Ok(result) => result.collect().await.err(),
+        Err(error) => Some(error),
+    };
+    let failed = failed.expect("the duplicate key must fail the INSERT");
+    assert!(failed.to_string().contains("duplicate key"), "{failed}");
+    assert_eq!(pg.psql("shop", "SELECT count(*) FROM sink_writes"), "1000");
+
+    // A READ_ONLY attachment refuses to write.
+    run(
+        &session,
+        &format!("ATTACH '{dsn}' AS ro (TYPE postgres, READ_ONLY)"),
+    )
+    .await;
+    let refused = match session
+        .sql("INSERT INTO ro.public.sink_writes (id) VALUES (99999)")
+        .await
+    {
+        Ok(result) => result.collect().await.err(),
+        Err(error) => Some(error),
+    };
+    let refused = refused.expect("READ_ONLY must refuse");
+    assert!(refused.to_string().contains("READ_ONLY"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_table_as_writes_a_new_postgres_table() {
+    let Some(pg) = common::cluster() else { return };
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    run(&session, &format!("ATTACH '{dsn}' AS ctas (TYPE postgres)")).await;
+    run(
+        &session,
+        "CREATE TABLE ctas.public.daily_totals AS \
+         SELECT created AS day, count(*) AS orders, sum(total) AS revenue, max(note) AS last_note \
+         FROM ctas.public.orders GROUP BY created",
+    )
+    .await;
+    assert_eq!(
+        pg.psql(
+            "shop",
+            "SELECT count(*), sum(orders), sum(revenue) FROM daily_totals"
+        ),
+        pg.psql(
+            "shop",
+            "SELECT count(DISTINCT created), count(*), sum(total) FROM orders"
+        )
+    );
+    // The new table is visible through the attachment, under both names.
+    assert_eq!(
+        count(&run(&session, "SELECT count(*) FROM ctas.daily_totals").await),
+        366
+    );
+}

@@ -1,0 +1,449 @@
+//! The binary `COPY ... TO STDOUT (FORMAT binary)` stream format, parsed from plain bytes.
+//!
+//! This is the pure half of the reader: no I/O, no Postgres client, only byte slices in and
+//! fields out, every read bounds-checked. The network half (`scan.rs`) feeds it the bytes of
+//! `CopyData` messages as they arrive; a row may span messages, so [`CopyParser::parse`]
+//! consumes only complete rows and reports how many bytes it used.
+//!
+//! Format (PostgreSQL manual, "COPY", section "Binary Format"): an 11-byte signature
+//! `PGCOPY\n\377\r\n\0`, a 32-bit flags word, a 32-bit header-extension length and that many
+//! bytes; then tuples, each a 16-bit field count followed by, per field, a 32-bit length (-1
+//! for NULL) and that many bytes; then a 16-bit `-1` trailer. All integers are big-endian.
+
+/// The 11-byte signature every binary COPY stream starts with.
+pub const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+
+/// Fixed header: signature, flags, header-extension length.
+const HEADER_LEN: usize = 11 + 4 + 4;
+
+/// Flag bit 16 means every tuple carries an OID (removed in PostgreSQL 12); bits 0–15 are
+/// "critical" flags a reader must refuse when it does not know them.
+const UNSUPPORTED_FLAGS: u32 = 0x0001_ffff;
+
+/// A malformed or incomplete binary COPY stream, or a value its column cannot hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyFormatError {
+    /// The stream does not start with [`SIGNATURE`].
+    #[error("the stream does not start with the binary COPY signature")]
+    BadSignature,
+    /// The header sets flags quiver does not understand (OIDs, or critical flags).
+    #[error("the stream header has unsupported flags {0:#010x}")]
+    UnsupportedFlags(u32),
+    /// A row with a different number of fields than the query's columns.
+    #[error("row {row} has {found} fields, expected {expected}")]
+    FieldCount {
+        row: u64,
+        found: i16,
+        expected: usize,
+    },
+    /// A field length below -1.
+    #[error("row {row} has an invalid field length {length}")]
+    BadLength { row: u64, length: i32 },
+    /// The stream ended before the end-of-data trailer: the result would be incomplete.
+    #[error(
+        "the stream ended after {rows} rows without its end-of-data marker (incomplete result)"
+    )]
+    Truncated { rows: u64 },
+    /// Bytes after the end-of-data trailer.
+    #[error("{0} bytes follow the end-of-data marker")]
+    TrailingData(usize),
+    /// A field whose bytes do not decode as the column's type.
+    #[error("row {row}, column {column}: {message}")]
+    Value {
+        row: u64,
+        column: usize,
+        message: String,
+    },
+}
+
+/// Receives the fields of complete rows, in order.
+pub trait RowSink {
+    /// One field of the current row: `None` is SQL NULL. An `Err` is a message about the value.
+    fn field(&mut self, column: usize, value: Option<&[u8]>) -> Result<(), String>;
+    /// The current row has ended.
+    fn end_row(&mut self);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Header,
+    Rows,
+    Done,
+}
+
+/// An incremental parser of one binary COPY stream.
+#[derive(Debug)]
+pub struct CopyParser {
+    state: State,
+    fields: usize,
+    rows: u64,
+}
+
+impl CopyParser {
+    /// A parser for a stream whose rows have `fields` fields.
+    pub fn new(fields: usize) -> Self {
+        CopyParser {
+            state: State::Header,
+            fields,
+            rows: 0,
+        }
+    }
+
+    /// Complete rows parsed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Whether the end-of-data trailer has been read.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Parses the header (if not yet read) and then as many complete rows of `input` as
+    /// possible, at most `max_rows`, handing their fields to `sink`. Returns the number of
+    /// bytes consumed; the caller keeps the rest and calls again with more bytes appended.
+    pub fn parse(
+        &mut self,
+        input: &[u8],
+        sink: &mut impl RowSink,
+        max_rows: usize,
+    ) -> Result<usize, CopyFormatError> {
+        let mut pos = 0;
+        if self.state == State::Header {
+            match self.parse_header(input)? {
+                Some(used) => {
+                    pos = used;
+                    self.state = State::Rows;
+                }
+                None => return Ok(0),
+            }
+        }
+        let mut parsed = 0;
+        while self.state == State::Rows && parsed < max_rows {
+            let Some(count) = read_i16(input, pos) else {
+                break;
+            };
+            if count == -1 {
+                self.state = State::Done;
+                pos += 2;
+                let rest = input.len() - pos;
+                if rest > 0 {
+                    return Err(CopyFormatError::TrailingData(rest));
+                }
+                break;
+            }
+            if count < 0 || count as usize != self.fields {
+                return Err(CopyFormatError::FieldCount {
+                    row: self.rows,
+                    found: count,
+                    expected: self.fields,
+                });
+            }
+            // First pass: is the whole row here? Only complete rows reach the sink, so a row
+            // split across network messages is never half-appended.
+            let Some(end) = self.row_end(input, pos + 2)? else {
+                break;
+            };
+            let mut at = pos + 2;
+            for column in 0..self.fields {
+                // Both reads were checked by `row_end`; `get` keeps them bounds-checked anyway.
+                let length = read_i32(input, at).unwrap_or(-1);
+                at += 4;
+                let value = if length < 0 {
+                    None
+                } else {
+                    let next = at + length as usize;
+                    let bytes = input.get(at..next);
+                    at = next;
+                    bytes
+                };
+                sink.field(column, value)
+                    .map_err(|message| CopyFormatError::Value {
+                        row: self.rows,
+                        column,
+                        message,
+                    })?;
+            }
+            sink.end_row();
+            self.rows += 1;
+            parsed += 1;
+            pos = end;
+        }
+        Ok(pos)
+    }
+
+    /// Checks the stream ended properly: the trailer was read and `leftover` bytes (kept by the
+    /// caller after the last [`CopyParser::parse`]) are none.
+    pub fn finish(&self, leftover: usize) -> Result<(), CopyFormatError> {
+        if self.state != State::Done {
+            return Err(CopyFormatError::Truncated { rows: self.rows });
+        }
+        if leftover > 0 {
+            return Err(CopyFormatError::TrailingData(leftover));
+        }
+        Ok(())
+    }
+
+    fn parse_header(&self, input: &[u8]) -> Result<Option<usize>, CopyFormatError> {
+        let Some(signature) = input.get(..SIGNATURE.len()) else {
+            // Too short to tell; but a wrong prefix is wrong already.
+            if !SIGNATURE.starts_with(input) {
+                return Err(CopyFormatError::BadSignature);
+            }
+            return Ok(None);
+        };
+        if signature != SIGNATURE {
+            return Err(CopyFormatError::BadSignature);
+        }
+        let (Some(flags), Some(extension)) = (read_i32(input, 11), read_i32(input, 15)) else {
+            return Ok(None);
+        };
+        let flags = flags as u32;
+        if flags & UNSUPPORTED_FLAGS != 0 {
+            return Err(CopyFormatError::UnsupportedFlags(flags));
+        }
+        let end = HEADER_LEN.checked_add(extension as u32 as usize);
+        match end {
+            Some(end) if end <= input.len() => Ok(Some(end)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The offset just past the row whose fields start at `at`, or `None` if the input ends
+    /// inside the row.
+    fn row_end(&self, input: &[u8], mut at: usize) -> Result<Option<usize>, CopyFormatError> {
+        for _ in 0..self.fields {
+            let Some(length) = read_i32(input, at) else {
+                return Ok(None);
+            };
+            at += 4;
+            if length < -1 {
+                return Err(CopyFormatError::BadLength {
+                    row: self.rows,
+                    length,
+                });
+            }
+            if length > 0 {
+                at = match at.checked_add(length as usize) {
+                    Some(next) => next,
+                    None => return Ok(None),
+                };
+                if at > input.len() {
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(at))
+    }
+}
+
+fn read_i16(input: &[u8], at: usize) -> Option<i16> {
+    let bytes: [u8; 2] = input.get(at..at.checked_add(2)?)?.try_into().ok()?;
+    Some(i16::from_be_bytes(bytes))
+}
+
+fn read_i32(input: &[u8], at: usize) -> Option<i32> {
+    let bytes: [u8; 4] = input.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(i32::from_be_bytes(bytes))
+}
+
+/// Test and benchmark helper: builds binary COPY streams.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::SIGNATURE;
+
+    /// A stream of `rows`, each a list of optional field byte strings.
+    pub fn stream(rows: &[Vec<Option<Vec<u8>>>]) -> Vec<u8> {
+        let mut out = SIGNATURE.to_vec();
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend_from_slice(&0u32.to_be_bytes());
+        for row in rows {
+            out.extend_from_slice(&(row.len() as i16).to_be_bytes());
+            for field in row {
+                match field {
+                    None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+                    Some(bytes) => {
+                        out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+                        out.extend_from_slice(bytes);
+                    }
+                }
+            }
+        }
+        out.extend_from_slice(&(-1i16).to_be_bytes());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::stream;
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect {
+        rows: Vec<Vec<Option<Vec<u8>>>>,
+        current: Vec<Option<Vec<u8>>>,
+    }
+
+    impl RowSink for Collect {
+        fn field(&mut self, _column: usize, value: Option<&[u8]>) -> Result<(), String> {
+            self.current.push(value.map(<[u8]>::to_vec));
+            Ok(())
+        }
+        fn end_row(&mut self) {
+            self.rows.push(std::mem::take(&mut self.current));
+        }
+    }
+
+    fn sample() -> Vec<Vec<Option<Vec<u8>>>> {
+        vec![
+            vec![Some(1i32.to_be_bytes().to_vec()), Some(b"abc".to_vec())],
+            vec![None, Some(Vec::new())],
+            vec![Some(7i32.to_be_bytes().to_vec()), None],
+        ]
+    }
+
+    #[test]
+    fn parses_rows_and_nulls_in_one_chunk() {
+        let bytes = stream(&sample());
+        let mut parser = CopyParser::new(2);
+        let mut sink = Collect::default();
+        let used = parser.parse(&bytes, &mut sink, usize::MAX).unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(sink.rows, sample());
+        parser.finish(0).unwrap();
+    }
+
+    #[test]
+    fn parses_a_stream_split_at_every_byte() {
+        let bytes = stream(&sample());
+        for split in 0..=bytes.len() {
+            let mut parser = CopyParser::new(2);
+            let mut sink = Collect::default();
+            let mut pending = bytes[..split].to_vec();
+            let used = parser.parse(&pending, &mut sink, usize::MAX).unwrap();
+            pending.drain(..used);
+            pending.extend_from_slice(&bytes[split..]);
+            let used = parser.parse(&pending, &mut sink, usize::MAX).unwrap();
+            assert_eq!(used, pending.len(), "split at {split}");
+            assert_eq!(sink.rows, sample(), "split at {split}");
+            parser.finish(0).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_truncated_stream_is_an_error_never_a_short_result() {
+        let bytes = stream(&sample());
+        for cut in 0..bytes.len() {
+            let mut parser = CopyParser::new(2);
+            let mut sink = Collect::default();
+            let used = parser.parse(&bytes[..cut], &mut sink, usize::MAX).unwrap();
+            let error = parser.finish(cut - used).unwrap_err();
+            assert!(
+                matches!(error, CopyFormatError::Truncated { .. }),
+                "cut at {cut}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_rows_stops_between_rows() {
+        let bytes = stream(&sample());
+        let mut parser = CopyParser::new(2);
+        let mut sink = Collect::default();
+        let first = parser.parse(&bytes, &mut sink, 1).unwrap();
+        assert_eq!(sink.rows.len(), 1);
+        let rest = parser
+            .parse(&bytes[first..], &mut sink, usize::MAX)
+            .unwrap();
+        assert_eq!(first + rest, bytes.len());
+        assert_eq!(sink.rows, sample());
+    }
+
+    #[test]
+    fn rejects_a_bad_signature_oids_and_wrong_field_counts() {
+        let mut sink = Collect::default();
+        let error = CopyParser::new(2)
+            .parse(b"COPY", &mut sink, 10)
+            .unwrap_err();
+        assert_eq!(error, CopyFormatError::BadSignature);
+
+        let mut with_oids = stream(&sample());
+        with_oids[11..15].copy_from_slice(&(1u32 << 16).to_be_bytes());
+        let error = CopyParser::new(2)
+            .parse(&with_oids, &mut sink, 10)
+            .unwrap_err();
+        assert!(matches!(error, CopyFormatError::UnsupportedFlags(_)));
+
+        let bytes = stream(&sample());
+        let error = CopyParser::new(3).parse(&bytes, &mut sink, 10).unwrap_err();
+        assert!(matches!(
+            error,
+            CopyFormatError::FieldCount { found: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn rejects_negative_lengths_and_trailing_bytes() {
+        let mut bytes = stream(&sample());
+        // First field length of the first row: after the 19-byte header and 2-byte count.
+        bytes[21..25].copy_from_slice(&(-7i32).to_be_bytes());
+        let mut sink = Collect::default();
+        let error = CopyParser::new(2).parse(&bytes, &mut sink, 10).unwrap_err();
+        assert!(matches!(
+            error,
+            CopyFormatError::BadLength { length: -7, .. }
+        ));
+
+        let mut bytes = stream(&sample());
+        bytes.push(0);
+        let error = CopyParser::new(2)
+            .parse(&bytes, &mut Collect::default(), 10)
+            .unwrap_err();
+        assert_eq!(error, CopyFormatError::TrailingData(1));
+    }
+
+    #[test]
+    fn header_extensions_are_skipped() {
+        let mut bytes = SIGNATURE.to_vec();
+        bytes.extend_from_slice(&0u32.to_be_bytes());
+        bytes.extend_from_slice(&3u32.to_be_bytes());
+        bytes.extend_from_slice(b"xyz");
+        bytes.extend_from_slice(&1i16.to_be_bytes());
+        bytes.extend_from_slice(&(-1i32).to_be_bytes());
+        bytes.extend_from_slice(&(-1i16).to_be_bytes());
+        let mut sink = Collect::default();
+        let mut parser = CopyParser::new(1);
+        assert_eq!(parser.parse(&bytes, &mut sink, 10).unwrap(), bytes.len());
+        assert_eq!(sink.rows, vec![vec![None]]);
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        // A small deterministic generator (no rand dependency): xorshift.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let valid = stream(&sample());
+        for round in 0..2000 {
+            let mut bytes = valid.clone();
+            let flips = 1 + (next() % 6) as usize;
+            for _ in 0..flips {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            if round % 3 == 0 {
+                bytes.truncate((next() as usize) % bytes.len());
+            }
+            let mut parser = CopyParser::new(2);
+            let mut sink = Collect::default();
+            if let Ok(used) = parser.parse(&bytes, &mut sink, usize::MAX) {
+                let _ = parser.finish(bytes.len() - used);
+            }
+        }
+    }
+}

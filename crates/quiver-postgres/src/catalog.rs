@@ -1,0 +1,360 @@
+//! What the server's catalog says: relations, their columns and types, their size in pages,
+//! their partitions, and what the planner would do with a filter.
+
+use tokio_postgres::types::Kind;
+use tokio_postgres::Client;
+
+use crate::error::{PostgresError, Result};
+use crate::sql::qualified_name;
+use crate::types::{PgColumn, PgType, TypeInfo};
+
+/// The kinds of relation quiver reads (`pg_class.relkind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelationKind {
+    /// `r`: a heap table, read in ctid page ranges.
+    Table,
+    /// `p`: a partitioned table, read partition by partition.
+    Partitioned,
+    /// `v`: a view, read in one task.
+    View,
+    /// `m`: a materialized view, a heap like a table.
+    MaterializedView,
+    /// `f`: a foreign table, read in one task.
+    Foreign,
+}
+
+impl RelationKind {
+    fn from_relkind(kind: &str) -> Option<Self> {
+        Some(match kind {
+            "r" => RelationKind::Table,
+            "p" => RelationKind::Partitioned,
+            "v" => RelationKind::View,
+            "m" => RelationKind::MaterializedView,
+            "f" => RelationKind::Foreign,
+            _ => return None,
+        })
+    }
+
+    /// Whether the relation is a heap with ctids to split on.
+    pub fn has_pages(self) -> bool {
+        matches!(self, RelationKind::Table | RelationKind::MaterializedView)
+    }
+
+    /// The SQL word for messages and EXPLAIN.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RelationKind::Table => "table",
+            RelationKind::Partitioned => "partitioned table",
+            RelationKind::View => "view",
+            RelationKind::MaterializedView => "materialized view",
+            RelationKind::Foreign => "foreign table",
+        }
+    }
+}
+
+/// A relation and its columns.
+#[derive(Debug, Clone)]
+pub struct Relation {
+    pub schema: String,
+    pub name: String,
+    pub oid: u32,
+    pub kind: RelationKind,
+    pub columns: Vec<PgColumn>,
+}
+
+impl Relation {
+    /// `"schema"."name"`.
+    pub fn qualified(&self) -> String {
+        qualified_name(&self.schema, &self.name)
+    }
+}
+
+const RELKINDS: &str = "('r', 'p', 'v', 'm', 'f')";
+
+/// Looks up `schema.name` and its columns.
+pub async fn describe_relation(client: &Client, schema: &str, name: &str) -> Result<Relation> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT c.oid, c.relkind::text FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN {RELKINDS}"
+            ),
+            &[&schema, &name],
+        )
+        .await
+        .map_err(|e| PostgresError::server("looking up a table", &e))?;
+    let Some(row) = rows.first() else {
+        let schema_exists = client
+            .query_opt(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+                &[&schema],
+            )
+            .await
+            .map_err(|e| PostgresError::server("looking up a schema", &e))?
+            .is_some();
+        return Err(PostgresError::NotFound(if schema_exists {
+            format!("PostgreSQL table \"{schema}\".\"{name}\" does not exist")
+        } else {
+            format!("PostgreSQL schema \"{schema}\" does not exist")
+        }));
+    };
+    let oid: u32 = row.get(0);
+    let relkind: String = row.get(1);
+    let kind = RelationKind::from_relkind(&relkind).ok_or_else(|| {
+        PostgresError::NotFound(format!("\"{schema}\".\"{name}\" is not a table or view"))
+    })?;
+    let columns = relation_columns(client, oid).await?;
+    Ok(Relation {
+        schema: schema.to_string(),
+        name: name.to_string(),
+        oid,
+        kind,
+        columns,
+    })
+}
+
+async fn relation_columns(client: &Client, oid: u32) -> Result<Vec<PgColumn>> {
+    // Domains are read as their base type (binary COPY sends the base type's form).
+    let rows = client
+        .query(
+            "SELECT a.attname::text, bt.oid, \
+                    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
+                    bt.typname::text, bt.typtype = 'e', \
+                    et.oid, et.typname::text, coalesce(et.typtype = 'e', false) \
+             FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+             JOIN pg_catalog.pg_type bt \
+               ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
+             LEFT JOIN pg_catalog.pg_type et \
+               ON et.oid = bt.typelem AND bt.typcategory = 'A' \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| PostgresError::server("reading a table's columns", &e))?;
+    let mut columns = Vec::with_capacity(rows.len());
+    for row in rows {
+        let typmod: i32 = row.get(2);
+        let element = row.get::<_, Option<u32>>(5).map(|oid| {
+            Box::new(TypeInfo {
+                oid,
+                typmod,
+                name: row.get::<_, Option<String>>(6).unwrap_or_default(),
+                is_enum: row.get(7),
+                element: None,
+            })
+        });
+        let info = TypeInfo {
+            oid: row.get(1),
+            typmod,
+            name: row.get(3),
+            is_enum: row.get(4),
+            element,
+        };
+        columns.push(PgColumn {
+            name: row.get(0),
+            pg_type: PgType::from_info(&info),
+        });
+    }
+    Ok(columns)
+}
+
+/// The columns a query returns, as the server describes them when preparing it.
+pub async fn describe_query(client: &Client, sql: &str) -> Result<Vec<PgColumn>> {
+    let statement = client
+        .prepare(sql)
+        .await
+        .map_err(|e| PostgresError::server("preparing the query", &e))?;
+    Ok(statement
+        .columns()
+        .iter()
+        .map(|column| PgColumn {
+            name: column.name().to_string(),
+            pg_type: PgType::from_info(&type_info(column.type_(), column.type_modifier())),
+        })
+        .collect())
+}
+
+fn type_info(ty: &tokio_postgres::types::Type, typmod: i32) -> TypeInfo {
+    match ty.kind() {
+        Kind::Domain(base) => type_info(base, -1),
+        Kind::Array(element) => TypeInfo {
+            oid: ty.oid(),
+            typmod,
+            name: ty.name().to_string(),
+            is_enum: false,
+            element: Some(Box::new(type_info(element, typmod))),
+        },
+        kind => TypeInfo {
+            oid: ty.oid(),
+            typmod,
+            name: ty.name().to_string(),
+            is_enum: matches!(kind, Kind::Enum(_)),
+            element: None,
+        },
+    }
+}
+
+/// One heap to read: a table, or one leaf partition of a partitioned table.
+#[derive(Debug, Clone)]
+pub struct Heap {
+    /// `"schema"."name"`.
+    pub qualified: String,
+    pub kind: RelationKind,
+    /// Current size in pages: the larger of `relpages` (the planner's estimate) and the file
+    /// size, so a table never analyzed is still split.
+    pub pages: u64,
+}
+
+/// The heaps behind a relation: itself, or for a partitioned table its leaf partitions.
+pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
+    let sql = if relation.kind == RelationKind::Partitioned {
+        "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
+                greatest(c.relpages::int8, pg_catalog.pg_relation_size(c.oid) \
+                         / current_setting('block_size')::int8) \
+         FROM pg_catalog.pg_partition_tree($1::oid::regclass) p \
+         JOIN pg_catalog.pg_class c ON c.oid = p.relid \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE p.isleaf ORDER BY c.oid"
+    } else {
+        "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
+                greatest(c.relpages::int8, pg_catalog.pg_relation_size(c.oid) \
+                         / current_setting('block_size')::int8) \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = $1"
+    };
+    let rows = client
+        .query(sql, &[&relation.oid])
+        .await
+        .map_err(|e| PostgresError::server("reading a table's size", &e))?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            let kind = RelationKind::from_relkind(&row.get::<_, String>(2))?;
+            Some(Heap {
+                qualified: qualified_name(&row.get::<_, String>(0), &row.get::<_, String>(1)),
+                kind,
+                pages: row.get::<_, i64>(3).max(0) as u64,
+            })
+        })
+        .collect())
+}
+
+/// The top node of the plan Postgres would use for `select`, with its row estimate: the
+/// first line of `EXPLAIN`, e.g. `Index Scan using orders_pkey on orders  (cost=… rows=1 …)`.
+pub async fn planner_choice(client: &Client, select: &str) -> Result<PlannerChoice> {
+    let rows = client
+        .simple_query(&format!("EXPLAIN {select}"))
+        .await
+        .map_err(|e| PostgresError::server("asking the planner", &e))?;
+    let first = rows.iter().find_map(|message| match message {
+        tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+        _ => None,
+    });
+    Ok(PlannerChoice::from_explain_line(
+        first.as_deref().unwrap_or(""),
+    ))
+}
+
+/// What the Postgres planner would do with a pushed-down filter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannerChoice {
+    /// The node, e.g. `Index Scan using orders_pkey on orders`.
+    pub node: String,
+    /// The planner's row estimate.
+    pub rows: f64,
+}
+
+impl PlannerChoice {
+    fn from_explain_line(line: &str) -> Self {
+        let node = line
+            .split("  (cost=")
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_start_matches("->")
+            .trim()
+            .to_string();
+        let rows = line
+            .split(" rows=")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(f64::INFINITY);
+        PlannerChoice { node, rows }
+    }
+
+    /// Whether the plan reads through an index (and so beats ctid ranges, which would force a
+    /// scan of every page).
+    pub fn uses_index(&self) -> bool {
+        self.node.starts_with("Index Scan")
+            || self.node.starts_with("Index Only Scan")
+            || self.node.starts_with("Bitmap Heap Scan")
+    }
+}
+
+/// Every table and view in the attached database's user schemas.
+pub async fn list_relations(
+    client: &Client,
+    only_schema: Option<&str>,
+) -> Result<Vec<(String, String, RelationKind)>> {
+    let rows = client
+        .query(
+            &format!(
+                "SELECT n.nspname::text, c.relname::text, c.relkind::text \
+                 FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE c.relkind IN {RELKINDS} AND NOT c.relispartition \
+                   AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                   AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' \
+                   AND ($1::text IS NULL OR n.nspname = $1) \
+                 ORDER BY 1, 2"
+            ),
+            &[&only_schema],
+        )
+        .await
+        .map_err(|e| PostgresError::server("listing tables", &e))?;
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            let kind = RelationKind::from_relkind(&row.get::<_, String>(2))?;
+            Some((row.get(0), row.get(1), kind))
+        })
+        .collect())
+}
+
+/// The user schemas of the database (those the catalog exposes even when empty).
+pub async fn list_schemas(client: &Client) -> Result<Vec<String>> {
+    let rows = client
+        .query(
+            "SELECT nspname::text FROM pg_catalog.pg_namespace \
+             WHERE nspname NOT IN ('pg_catalog', 'information_schema') \
+               AND nspname NOT LIKE 'pg\\_toast%' AND nspname NOT LIKE 'pg\\_temp%' \
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .map_err(|e| PostgresError::server("listing schemas", &e))?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explain_lines_are_read() {
+        let choice = PlannerChoice::from_explain_line(
+            "Index Scan using orders_pkey on orders  (cost=0.29..8.31 rows=1 width=12)",
+        );
+        assert!(choice.uses_index());
+        assert_eq!(choice.rows, 1.0);
+        let choice =
+            PlannerChoice::from_explain_line("Seq Scan on t  (cost=0.00..1.10 rows=10 width=4)");
+        assert!(!choice.uses_index());
+        assert_eq!(choice.node, "Seq Scan on t");
+    }
+}

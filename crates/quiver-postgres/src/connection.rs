@@ -1,0 +1,234 @@
+//! Connection strings and connections.
+//!
+//! A connection string is what libpq accepts: `key=value` pairs (`host=/tmp port=5432
+//! dbname=shop`) or a `postgresql://user@host:port/db?option=value` URI (both parsed by
+//! `tokio_postgres::Config`). What it leaves out comes from the environment as libpq reads it —
+//! `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGOPTIONS`,
+//! `PGCONNECT_TIMEOUT` — then libpq's defaults: the Unix socket directory, port 5432, the OS
+//! user, a database named after the user. Not supported: `~/.pgpass`, service files, TLS.
+//!
+//! A password is never shown: [`ConnectTarget::describe`] is the only way a target is printed.
+
+use std::time::Duration;
+
+use tokio_postgres::config::Host;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::error::{PostgresError, Result};
+
+/// Where to connect, fully resolved (string, environment, defaults).
+#[derive(Clone)]
+pub struct ConnectTarget {
+    config: Config,
+}
+
+impl std::fmt::Debug for ConnectTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+/// Directories libpq looks in for the server's Unix socket when no host is given.
+const SOCKET_DIRS: [&str; 2] = ["/var/run/postgresql", "/tmp"];
+
+impl ConnectTarget {
+    /// Parses `dsn`, filling the gaps from the process environment.
+    pub fn parse(dsn: &str) -> Result<ConnectTarget> {
+        Self::parse_with_env(dsn, |name| std::env::var(name).ok())
+    }
+
+    /// Parses `dsn`, filling the gaps from `env` (a test seam for the environment).
+    pub fn parse_with_env(dsn: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut config = if dsn.trim().is_empty() {
+            Config::new()
+        } else {
+            dsn.parse::<Config>()
+                .map_err(|e| PostgresError::InvalidDsn(redact_parse_error(&e.to_string())))?
+        };
+        if config.get_hosts().is_empty() {
+            match env("PGHOST").filter(|h| !h.is_empty()) {
+                Some(hosts) => {
+                    for host in hosts.split(',') {
+                        add_host(&mut config, host);
+                    }
+                }
+                None => {
+                    let dir = SOCKET_DIRS
+                        .iter()
+                        .find(|dir| std::path::Path::new(dir).is_dir())
+                        .unwrap_or(&SOCKET_DIRS[1]);
+                    config.host_path(dir);
+                }
+            }
+        }
+        if config.get_ports().is_empty() {
+            if let Some(port) = env("PGPORT").filter(|p| !p.is_empty()) {
+                let port = port.trim().parse::<u16>().map_err(|_| {
+                    PostgresError::InvalidDsn(format!("PGPORT \"{port}\" is not a port number"))
+                })?;
+                config.port(port);
+            }
+        }
+        if config.get_user().is_none() {
+            let user = env("PGUSER")
+                .or_else(|| env("USER"))
+                .or_else(|| env("LOGNAME"))
+                .ok_or_else(|| {
+                    PostgresError::InvalidDsn("no user given, and PGUSER and USER are unset".into())
+                })?;
+            config.user(user);
+        }
+        if config.get_dbname().is_none() {
+            match env("PGDATABASE").filter(|d| !d.is_empty()) {
+                Some(db) => {
+                    config.dbname(db);
+                }
+                None => {
+                    let user = config.get_user().unwrap_or_default().to_string();
+                    config.dbname(user);
+                }
+            }
+        }
+        if config.get_password().is_none() {
+            if let Some(password) = env("PGPASSWORD") {
+                config.password(password);
+            }
+        }
+        if config.get_options().is_none() {
+            if let Some(options) = env("PGOPTIONS") {
+                config.options(options);
+            }
+        }
+        if config.get_application_name().is_none() {
+            config.application_name(env("PGAPPNAME").unwrap_or_else(|| "quiver".into()));
+        }
+        if config.get_connect_timeout().is_none() {
+            let seconds = env("PGCONNECT_TIMEOUT")
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .filter(|s| *s > 0)
+                .unwrap_or(30);
+            config.connect_timeout(Duration::from_secs(seconds));
+        }
+        Ok(ConnectTarget { config })
+    }
+
+    /// `user@host:port/dbname`, never with the password.
+    pub fn describe(&self) -> String {
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|host| match host {
+                Host::Tcp(name) => name.clone(),
+                #[cfg(unix)]
+                Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        format!(
+            "{}@{}:{}/{}",
+            self.config.get_user().unwrap_or(""),
+            hosts.join(","),
+            port,
+            self.config.get_dbname().unwrap_or("")
+        )
+    }
+
+    /// Connects; the connection's I/O runs as a task on the current tokio runtime and ends
+    /// when the returned client is dropped.
+    pub async fn connect(&self) -> Result<Client> {
+        let (client, connection) =
+            self.config
+                .connect(NoTls)
+                .await
+                .map_err(|e| PostgresError::Connect {
+                    target: self.describe(),
+                    message: crate::error::server_message(&e),
+                })?;
+        tokio::spawn(async move {
+            // Errors reach the client's pending calls; nothing to do with them here.
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+}
+
+fn add_host(config: &mut Config, host: &str) {
+    if host.starts_with('/') {
+        config.host_path(host);
+    } else {
+        config.host(host);
+    }
+}
+
+/// tokio-postgres's parse errors quote the offending option; make sure a password value
+/// never survives into the message.
+fn redact_parse_error(message: &str) -> String {
+    if message.to_lowercase().contains("password") {
+        "the password option is malformed".into()
+    } else {
+        message.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn keyword_value_strings_and_uris_parse() {
+        let target =
+            ConnectTarget::parse_with_env("host=/tmp port=5433 dbname=shop user=app", env(&[]))
+                .unwrap();
+        assert_eq!(target.describe(), "app@/tmp:5433/shop");
+        let target = ConnectTarget::parse_with_env(
+            "postgresql://app:secret@db.example:6000/shop?application_name=x",
+            env(&[]),
+        )
+        .unwrap();
+        assert_eq!(target.describe(), "app@db.example:6000/shop");
+        assert!(!format!("{target:?}").contains("secret"));
+    }
+
+    #[test]
+    fn environment_fills_what_the_string_leaves_out() {
+        let target = ConnectTarget::parse_with_env(
+            "dbname=shop",
+            env(&[
+                ("PGHOST", "/run/pg"),
+                ("PGPORT", "7777"),
+                ("PGUSER", "alice"),
+                ("PGDATABASE", "ignored"),
+                ("PGPASSWORD", "hunter2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(target.describe(), "alice@/run/pg:7777/shop");
+        assert_eq!(target.config.get_password(), Some(&b"hunter2"[..]));
+        let target =
+            ConnectTarget::parse_with_env("", env(&[("USER", "bob"), ("PGHOST", "h")])).unwrap();
+        assert_eq!(target.describe(), "bob@h:5432/bob");
+    }
+
+    #[test]
+    fn bad_strings_fail_without_showing_the_password() {
+        let error = ConnectTarget::parse_with_env("password=hunter2 port=notaport", env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("hunter2"), "{error}");
+        assert!(ConnectTarget::parse_with_env("host", env(&[])).is_err());
+        let error = ConnectTarget::parse_with_env("host=x", env(&[("PGPORT", "zz")]))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("PGPORT"), "{error}");
+    }
+}

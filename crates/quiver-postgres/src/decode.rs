@@ -1,0 +1,624 @@
+//! Decoding binary COPY field values straight into Arrow builders.
+//!
+//! Each column owns one typed builder; a field's bytes are appended without an intermediate
+//! value or allocation per row (text is validated as UTF-8 and copied once, into the builder).
+//! Reference for each binary form: the type's `*send` function in PostgreSQL's
+//! `src/backend/utils/adt/`.
+
+use std::sync::Arc;
+
+use arrow::array::NullBufferBuilder;
+use arrow::array::{
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float32Builder,
+    Float64Builder, Int16Builder, Int32Builder, Int64Builder, IntervalMonthDayNanoBuilder,
+    ListArray, StringBuilder, StringDictionaryBuilder, Time64MicrosecondBuilder,
+    TimestampMicrosecondBuilder,
+};
+use arrow::buffer::{OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{Field, Int32Type, IntervalMonthDayNano, SchemaRef};
+use arrow::error::ArrowError;
+use arrow::record_batch::{RecordBatch, RecordBatchOptions};
+
+use crate::binary_copy::RowSink;
+use crate::types::PgType;
+
+/// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (Postgres's).
+const EPOCH_DAYS: i32 = 10_957;
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// Appends one column's values.
+pub enum ColumnBuilder {
+    Bool(BooleanBuilder),
+    Int2(Int16Builder),
+    Int4(Int32Builder),
+    Int8(Int64Builder),
+    Float4(Float32Builder),
+    Float8(Float64Builder),
+    Numeric(Decimal128Builder, i8),
+    Text(StringBuilder),
+    Jsonb(StringBuilder),
+    Bytea(BinaryBuilder),
+    Date(Date32Builder),
+    Time(Time64MicrosecondBuilder),
+    Timestamp(TimestampMicrosecondBuilder),
+    TimestampTz(TimestampMicrosecondBuilder),
+    Interval(IntervalMonthDayNanoBuilder),
+    Uuid(StringBuilder),
+    Enum(StringDictionaryBuilder<Int32Type>),
+    List(Box<ListBuilder>),
+}
+
+impl std::fmt::Debug for ColumnBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Builders of dictionaries have no Debug; the variant is what matters.
+        let name = match self {
+            ColumnBuilder::Bool(_) => "Bool",
+            ColumnBuilder::Int2(_) => "Int2",
+            ColumnBuilder::Int4(_) => "Int4",
+            ColumnBuilder::Int8(_) => "Int8",
+            ColumnBuilder::Float4(_) => "Float4",
+            ColumnBuilder::Float8(_) => "Float8",
+            ColumnBuilder::Numeric(..) => "Numeric",
+            ColumnBuilder::Text(_) => "Text",
+            ColumnBuilder::Jsonb(_) => "Jsonb",
+            ColumnBuilder::Bytea(_) => "Bytea",
+            ColumnBuilder::Date(_) => "Date",
+            ColumnBuilder::Time(_) => "Time",
+            ColumnBuilder::Timestamp(_) => "Timestamp",
+            ColumnBuilder::TimestampTz(_) => "TimestampTz",
+            ColumnBuilder::Interval(_) => "Interval",
+            ColumnBuilder::Uuid(_) => "Uuid",
+            ColumnBuilder::Enum(_) => "Enum",
+            ColumnBuilder::List(_) => "List",
+        };
+        f.write_str(name)
+    }
+}
+
+/// A one-dimensional array column: element values plus offsets and validity.
+#[derive(Debug)]
+pub struct ListBuilder {
+    element: ColumnBuilder,
+    element_oid: Option<u32>,
+    field: Arc<Field>,
+    offsets: Vec<i32>,
+    nulls: NullBufferBuilder,
+}
+
+impl ColumnBuilder {
+    /// A builder for `pg_type` with room for `capacity` values.
+    pub fn new(pg_type: &PgType, capacity: usize) -> Result<Self, ArrowError> {
+        Ok(match pg_type {
+            PgType::Bool => ColumnBuilder::Bool(BooleanBuilder::with_capacity(capacity)),
+            PgType::Int2 => ColumnBuilder::Int2(Int16Builder::with_capacity(capacity)),
+            PgType::Int4 => ColumnBuilder::Int4(Int32Builder::with_capacity(capacity)),
+            PgType::Int8 => ColumnBuilder::Int8(Int64Builder::with_capacity(capacity)),
+            PgType::Float4 => ColumnBuilder::Float4(Float32Builder::with_capacity(capacity)),
+            PgType::Float8 => ColumnBuilder::Float8(Float64Builder::with_capacity(capacity)),
+            PgType::Numeric { precision, scale } => ColumnBuilder::Numeric(
+                Decimal128Builder::with_capacity(capacity)
+                    .with_precision_and_scale(*precision, *scale)?,
+                *scale,
+            ),
+            PgType::Text | PgType::Bpchar | PgType::CastText => {
+                ColumnBuilder::Text(StringBuilder::with_capacity(capacity, capacity * 16))
+            }
+            PgType::Jsonb => {
+                ColumnBuilder::Jsonb(StringBuilder::with_capacity(capacity, capacity * 32))
+            }
+            PgType::Bytea => {
+                ColumnBuilder::Bytea(BinaryBuilder::with_capacity(capacity, capacity * 16))
+            }
+            PgType::Date => ColumnBuilder::Date(Date32Builder::with_capacity(capacity)),
+            PgType::Time => ColumnBuilder::Time(Time64MicrosecondBuilder::with_capacity(capacity)),
+            PgType::Timestamp => {
+                ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity))
+            }
+            PgType::TimestampTz => ColumnBuilder::TimestampTz(
+                TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone("UTC"),
+            ),
+            PgType::Interval => {
+                ColumnBuilder::Interval(IntervalMonthDayNanoBuilder::with_capacity(capacity))
+            }
+            PgType::Uuid => {
+                ColumnBuilder::Uuid(StringBuilder::with_capacity(capacity, capacity * 36))
+            }
+            PgType::Enum => ColumnBuilder::Enum(StringDictionaryBuilder::new()),
+            PgType::Array(element) => {
+                let mut offsets = Vec::with_capacity(capacity + 1);
+                offsets.push(0);
+                ColumnBuilder::List(Box::new(ListBuilder {
+                    element: ColumnBuilder::new(element, capacity)?,
+                    element_oid: element.array_element_oid(),
+                    field: Arc::new(Field::new("item", element.arrow_type(), true)),
+                    offsets,
+                    nulls: NullBufferBuilder::new(capacity),
+                }))
+            }
+        })
+    }
+
+    /// Appends one value (`None` is NULL) from its binary wire form.
+    pub fn append(&mut self, value: Option<&[u8]>) -> Result<(), String> {
+        let Some(bytes) = value else {
+            self.append_null();
+            return Ok(());
+        };
+        match self {
+            ColumnBuilder::Bool(b) => b.append_value(fixed::<1>(bytes, "bool")?[0] != 0),
+            ColumnBuilder::Int2(b) => b.append_value(i16::from_be_bytes(fixed(bytes, "int2")?)),
+            ColumnBuilder::Int4(b) => b.append_value(i32::from_be_bytes(fixed(bytes, "int4")?)),
+            ColumnBuilder::Int8(b) => b.append_value(i64::from_be_bytes(fixed(bytes, "int8")?)),
+            ColumnBuilder::Float4(b) => b.append_value(f32::from_be_bytes(fixed(bytes, "float4")?)),
+            ColumnBuilder::Float8(b) => b.append_value(f64::from_be_bytes(fixed(bytes, "float8")?)),
+            ColumnBuilder::Numeric(b, scale) => b.append_value(numeric_to_i128(bytes, *scale)?),
+            ColumnBuilder::Text(b) => b.append_value(utf8(bytes)?),
+            ColumnBuilder::Jsonb(b) => match bytes.split_first() {
+                Some((1, text)) => b.append_value(utf8(text)?),
+                _ => return Err("unsupported jsonb binary version".into()),
+            },
+            ColumnBuilder::Bytea(b) => b.append_value(bytes),
+            ColumnBuilder::Date(b) => {
+                let days = i32::from_be_bytes(fixed(bytes, "date")?);
+                b.append_value(match days {
+                    i32::MAX | i32::MIN => days,
+                    days => days
+                        .checked_add(EPOCH_DAYS)
+                        .ok_or_else(|| format!("date {days} out of range"))?,
+                })
+            }
+            ColumnBuilder::Time(b) => b.append_value(i64::from_be_bytes(fixed(bytes, "time")?)),
+            ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => {
+                b.append_value(timestamp(i64::from_be_bytes(fixed(bytes, "timestamp")?))?)
+            }
+            ColumnBuilder::Interval(b) => {
+                let raw: [u8; 16] = fixed(bytes, "interval")?;
+                let (micros, rest) = raw.split_at(8);
+                let (days, months) = rest.split_at(4);
+                let micros = i64::from_be_bytes(micros.try_into().map_err(|_| "interval")?);
+                let days = i32::from_be_bytes(days.try_into().map_err(|_| "interval")?);
+                let months = i32::from_be_bytes(months.try_into().map_err(|_| "interval")?);
+                let nanos = micros
+                    .checked_mul(1000)
+                    .ok_or_else(|| "interval out of range".to_string())?;
+                b.append_value(IntervalMonthDayNano::new(months, days, nanos))
+            }
+            ColumnBuilder::Uuid(b) => {
+                let raw: [u8; 16] = fixed(bytes, "uuid")?;
+                let text = format_uuid(&raw);
+                // Hex digits and hyphens only: always ASCII.
+                b.append_value(std::str::from_utf8(&text).map_err(|e| e.to_string())?)
+            }
+            ColumnBuilder::Enum(b) => {
+                b.append(utf8(bytes)?).map_err(|e| e.to_string())?;
+            }
+            ColumnBuilder::List(list) => list.append_array(bytes)?,
+        }
+        Ok(())
+    }
+
+    fn append_null(&mut self) {
+        match self {
+            ColumnBuilder::Bool(b) => b.append_null(),
+            ColumnBuilder::Int2(b) => b.append_null(),
+            ColumnBuilder::Int4(b) => b.append_null(),
+            ColumnBuilder::Int8(b) => b.append_null(),
+            ColumnBuilder::Float4(b) => b.append_null(),
+            ColumnBuilder::Float8(b) => b.append_null(),
+            ColumnBuilder::Numeric(b, _) => b.append_null(),
+            ColumnBuilder::Text(b) | ColumnBuilder::Jsonb(b) | ColumnBuilder::Uuid(b) => {
+                b.append_null()
+            }
+            ColumnBuilder::Bytea(b) => b.append_null(),
+            ColumnBuilder::Date(b) => b.append_null(),
+            ColumnBuilder::Time(b) => b.append_null(),
+            ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => b.append_null(),
+            ColumnBuilder::Interval(b) => b.append_null(),
+            ColumnBuilder::Enum(b) => b.append_null(),
+            ColumnBuilder::List(list) => {
+                let last = list.offsets.last().copied().unwrap_or(0);
+                list.offsets.push(last);
+                list.nulls.append_null();
+            }
+        }
+    }
+
+    /// The values appended since the last call, as an array; the builder starts over empty.
+    pub fn finish(&mut self) -> Result<ArrayRef, ArrowError> {
+        Ok(match self {
+            ColumnBuilder::Bool(b) => Arc::new(b.finish()),
+            ColumnBuilder::Int2(b) => Arc::new(b.finish()),
+            ColumnBuilder::Int4(b) => Arc::new(b.finish()),
+            ColumnBuilder::Int8(b) => Arc::new(b.finish()),
+            ColumnBuilder::Float4(b) => Arc::new(b.finish()),
+            ColumnBuilder::Float8(b) => Arc::new(b.finish()),
+            ColumnBuilder::Numeric(b, _) => Arc::new(b.finish()),
+            ColumnBuilder::Text(b) | ColumnBuilder::Jsonb(b) | ColumnBuilder::Uuid(b) => {
+                Arc::new(b.finish())
+            }
+            ColumnBuilder::Bytea(b) => Arc::new(b.finish()),
+            ColumnBuilder::Date(b) => Arc::new(b.finish()),
+            ColumnBuilder::Time(b) => Arc::new(b.finish()),
+            ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => Arc::new(b.finish()),
+            ColumnBuilder::Interval(b) => Arc::new(b.finish()),
+            ColumnBuilder::Enum(b) => Arc::new(b.finish()),
+            ColumnBuilder::List(list) => {
+                let values = list.element.finish()?;
+                let offsets = std::mem::replace(&mut list.offsets, vec![0]);
+                let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+                let nulls = list.nulls.finish();
+                Arc::new(ListArray::try_new(
+                    Arc::clone(&list.field),
+                    offsets,
+                    values,
+                    nulls,
+                )?)
+            }
+        })
+    }
+}
+
+impl ListBuilder {
+    /// The binary array form (`array_send`): ndim, has-null flag, element OID, then per
+    /// dimension its length and lower bound, then each element as a length-prefixed value.
+    fn append_array(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut reader = Reader { bytes, at: 0 };
+        let ndim = reader.i32()?;
+        let _has_nulls = reader.i32()?;
+        let element_oid = reader.i32()? as u32;
+        if let Some(expected) = self.element_oid {
+            if expected != element_oid {
+                return Err(format!(
+                    "array element type OID {element_oid} where {expected} was expected"
+                ));
+            }
+        }
+        let count = match ndim {
+            0 => 0,
+            1 => {
+                let length = reader.i32()?;
+                let _lower_bound = reader.i32()?;
+                usize::try_from(length).map_err(|_| format!("negative array length {length}"))?
+            }
+            n => {
+                return Err(format!(
+                    "a {n}-dimensional array; quiver reads one-dimensional arrays \
+                     (cast the column to text in postgres_query to read it)"
+                ))
+            }
+        };
+        for _ in 0..count {
+            let length = reader.i32()?;
+            if length < 0 {
+                self.element.append(None)?;
+            } else {
+                let value = reader.take(length as usize)?;
+                self.element.append(Some(value))?;
+            }
+        }
+        if reader.at != bytes.len() {
+            return Err("trailing bytes after the array's elements".into());
+        }
+        let last = self.offsets.last().copied().unwrap_or(0);
+        let next = i32::try_from(count)
+            .ok()
+            .and_then(|count| last.checked_add(count))
+            .ok_or_else(|| "too many array elements in one batch".to_string())?;
+        self.offsets.push(next);
+        self.nulls.append_non_null();
+        Ok(())
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len())
+            .ok_or_else(|| "a value ends early".to_string())?;
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn i32(&mut self) -> Result<i32, String> {
+        let raw: [u8; 4] = self.take(4)?.try_into().map_err(|_| "a value ends early")?;
+        Ok(i32::from_be_bytes(raw))
+    }
+
+    fn i16(&mut self) -> Result<i16, String> {
+        let raw: [u8; 2] = self.take(2)?.try_into().map_err(|_| "a value ends early")?;
+        Ok(i16::from_be_bytes(raw))
+    }
+}
+
+fn fixed<const N: usize>(bytes: &[u8], type_name: &str) -> Result<[u8; N], String> {
+    bytes
+        .try_into()
+        .map_err(|_| format!("{type_name} value of {} bytes, expected {N}", bytes.len()))
+}
+
+fn utf8(bytes: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(bytes).map_err(|e| format!("text is not valid UTF-8: {e}"))
+}
+
+fn timestamp(micros: i64) -> Result<i64, String> {
+    match micros {
+        i64::MAX | i64::MIN => Ok(micros),
+        micros => micros
+            .checked_add(EPOCH_MICROS)
+            .ok_or_else(|| format!("timestamp {micros} out of range")),
+    }
+}
+
+fn format_uuid(raw: &[u8; 16]) -> [u8; 36] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [b'-'; 36];
+    let mut at = 0;
+    for (index, byte) in raw.iter().enumerate() {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            at += 1;
+        }
+        out[at] = HEX[(byte >> 4) as usize];
+        out[at + 1] = HEX[(byte & 0xf) as usize];
+        at += 2;
+    }
+    out
+}
+
+/// `numeric_send`: ndigits, weight, sign, dscale (all 16-bit), then `ndigits` base-10000
+/// digits; the value is Σ digit[i] × 10000^(weight − i). Returns it scaled by 10^`scale`,
+/// failing (never rounding) when that is not an exact integer or does not fit.
+pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
+    let mut reader = Reader { bytes, at: 0 };
+    let ndigits = reader.i16()?;
+    let weight = reader.i16()? as i32;
+    let sign = reader.i16()? as u16;
+    let _dscale = reader.i16()?;
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Err("NaN cannot be stored in a decimal column".into()),
+        0xD000 | 0xF000 => return Err("±Infinity cannot be stored in a decimal column".into()),
+        other => return Err(format!("invalid numeric sign {other:#06x}")),
+    }
+    let ndigits = usize::try_from(ndigits).map_err(|_| "negative numeric digit count")?;
+    let overflow = || "numeric value does not fit in a 38-digit decimal".to_string();
+    let mut value: i128 = 0;
+    for _ in 0..ndigits {
+        let digit = reader.i16()?;
+        if !(0..10_000).contains(&digit) {
+            return Err(format!("invalid numeric digit {digit}"));
+        }
+        value = value
+            .checked_mul(10_000)
+            .and_then(|v| v.checked_add(digit as i128))
+            .ok_or_else(overflow)?;
+    }
+    if reader.at != bytes.len() {
+        return Err("trailing bytes after a numeric value".into());
+    }
+    // `value` is the number × 10^(4 × (ndigits − 1 − weight)); rescale to 10^scale.
+    let exponent = scale as i32 - 4 * (ndigits as i32 - 1 - weight);
+    if value != 0 {
+        if exponent >= 0 {
+            let factor = 10i128.checked_pow(exponent as u32).ok_or_else(overflow)?;
+            value = value.checked_mul(factor).ok_or_else(overflow)?;
+        } else {
+            let divisor = 10i128.checked_pow((-exponent) as u32);
+            match divisor {
+                Some(divisor) if value % divisor == 0 => value /= divisor,
+                _ => {
+                    return Err(format!(
+                        "numeric value has more than {scale} decimal digits"
+                    ))
+                }
+            }
+        }
+    }
+    Ok(if sign == 0x4000 { -value } else { value })
+}
+
+/// Decodes rows into one builder per column and cuts them into record batches.
+#[derive(Debug)]
+pub struct BatchDecoder {
+    schema: SchemaRef,
+    columns: Vec<ColumnBuilder>,
+    rows: usize,
+}
+
+impl BatchDecoder {
+    /// A decoder producing batches of `schema`, whose fields have these Postgres types.
+    pub fn new(schema: SchemaRef, types: &[PgType], capacity: usize) -> Result<Self, ArrowError> {
+        let columns = types
+            .iter()
+            .map(|t| ColumnBuilder::new(t, capacity))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(BatchDecoder {
+            schema,
+            columns,
+            rows: 0,
+        })
+    }
+
+    /// Rows decoded since the last batch.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The rows decoded since the last call as one batch (columnless batches keep their row
+    /// count, which is what `count(*)` needs).
+    pub fn finish_batch(&mut self) -> Result<RecordBatch, ArrowError> {
+        let arrays = self
+            .columns
+            .iter_mut()
+            .map(ColumnBuilder::finish)
+            .collect::<Result<Vec<_>, _>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(self.rows));
+        self.rows = 0;
+        RecordBatch::try_new_with_options(self.schema.clone(), arrays, &options)
+    }
+}
+
+impl RowSink for BatchDecoder {
+    fn field(&mut self, column: usize, value: Option<&[u8]>) -> Result<(), String> {
+        match self.columns.get_mut(column) {
+            Some(builder) => builder.append(value),
+            None => Err(format!("no column {column}")),
+        }
+    }
+
+    fn end_row(&mut self) {
+        self.rows += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Date32Type, Decimal128Type, TimestampMicrosecondType};
+
+    fn numeric(weight: i16, sign: u16, dscale: i16, digits: &[i16]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
+        out.extend_from_slice(&weight.to_be_bytes());
+        out.extend_from_slice(&sign.to_be_bytes());
+        out.extend_from_slice(&dscale.to_be_bytes());
+        for d in digits {
+            out.extend_from_slice(&d.to_be_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn numeric_digits_become_scaled_integers() {
+        // 12345.67 = digits [1, 2345, 6700], weight 1
+        let bytes = numeric(1, 0, 2, &[1, 2345, 6700]);
+        assert_eq!(numeric_to_i128(&bytes, 2).unwrap(), 1_234_567);
+        assert_eq!(numeric_to_i128(&bytes, 4).unwrap(), 123_456_700);
+        assert!(numeric_to_i128(&bytes, 1).is_err(), "would round");
+        // -0.0005 = digits [5], weight -1
+        let bytes = numeric(-1, 0x4000, 4, &[5]);
+        assert_eq!(numeric_to_i128(&bytes, 4).unwrap(), -5);
+        // 0 has no digits
+        assert_eq!(numeric_to_i128(&numeric(0, 0, 2, &[]), 2).unwrap(), 0);
+        // 10^8 = digits [1], weight 2
+        assert_eq!(
+            numeric_to_i128(&numeric(2, 0, 0, &[1]), 0).unwrap(),
+            100_000_000
+        );
+        assert!(numeric_to_i128(&numeric(0, 0xC000, 0, &[]), 2).is_err());
+        assert!(numeric_to_i128(&numeric(0, 0, 0, &[12_000]), 2).is_err());
+        assert!(
+            numeric_to_i128(&numeric(20, 0, 0, &[1]), 2).is_err(),
+            "overflow"
+        );
+        assert!(numeric_to_i128(&[0, 1], 2).is_err(), "truncated");
+    }
+
+    #[test]
+    fn dates_and_timestamps_shift_epoch_and_keep_infinity() {
+        let mut date = ColumnBuilder::new(&PgType::Date, 4).unwrap();
+        for days in [0i32, -1, i32::MAX, i32::MIN] {
+            date.append(Some(&days.to_be_bytes())).unwrap();
+        }
+        let array = date.finish().unwrap();
+        let array = array.as_primitive::<Date32Type>();
+        assert_eq!(array.values(), &[10_957, 10_956, i32::MAX, i32::MIN]);
+
+        let mut ts = ColumnBuilder::new(&PgType::TimestampTz, 2).unwrap();
+        ts.append(Some(&0i64.to_be_bytes())).unwrap();
+        ts.append(Some(&i64::MIN.to_be_bytes())).unwrap();
+        ts.append(None).unwrap();
+        let array = ts.finish().unwrap();
+        assert_eq!(array.null_count(), 1);
+        let array = array.as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(array.value(0), 946_684_800_000_000);
+        assert_eq!(array.value(1), i64::MIN);
+    }
+
+    #[test]
+    fn uuid_text_and_wrong_widths() {
+        let mut uuid = ColumnBuilder::new(&PgType::Uuid, 1).unwrap();
+        let raw: Vec<u8> = (0u8..16).map(|i| i * 17).collect();
+        uuid.append(Some(&raw)).unwrap();
+        assert!(uuid.append(Some(&raw[..15])).is_err());
+        let array = uuid.finish().unwrap();
+        assert_eq!(
+            array.as_string::<i32>().value(0),
+            "00112233-4455-6677-8899-aabbccddeeff"
+        );
+        let mut int = ColumnBuilder::new(&PgType::Int4, 1).unwrap();
+        assert!(int.append(Some(&[1, 2])).is_err());
+        let mut text = ColumnBuilder::new(&PgType::Text, 1).unwrap();
+        assert!(text.append(Some(&[0xff, 0xfe])).is_err());
+    }
+
+    fn int_array(values: &[Option<i32>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&1i32.to_be_bytes());
+        out.extend_from_slice(&1i32.to_be_bytes());
+        out.extend_from_slice(&23u32.to_be_bytes());
+        out.extend_from_slice(&(values.len() as i32).to_be_bytes());
+        out.extend_from_slice(&1i32.to_be_bytes());
+        for v in values {
+            match v {
+                Some(v) => {
+                    out.extend_from_slice(&4i32.to_be_bytes());
+                    out.extend_from_slice(&v.to_be_bytes());
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn arrays_become_lists_with_nulls() {
+        let mut list = ColumnBuilder::new(&PgType::Array(Box::new(PgType::Int4)), 3).unwrap();
+        list.append(Some(&int_array(&[Some(1), None, Some(3)])))
+            .unwrap();
+        list.append(None).unwrap();
+        // An empty array has zero dimensions.
+        let mut empty = Vec::new();
+        empty.extend_from_slice(&0i32.to_be_bytes());
+        empty.extend_from_slice(&0i32.to_be_bytes());
+        empty.extend_from_slice(&23u32.to_be_bytes());
+        list.append(Some(&empty)).unwrap();
+        let array = list.finish().unwrap();
+        let array = array.as_list::<i32>();
+        assert_eq!(array.len(), 3);
+        assert!(array.is_null(1));
+        assert_eq!(array.value(0).len(), 3);
+        assert_eq!(array.value(2).len(), 0);
+
+        let mut list = ColumnBuilder::new(&PgType::Array(Box::new(PgType::Int4)), 1).unwrap();
+        let bytes = int_array(&[Some(1)]);
+        for cut in 0..bytes.len() {
+            assert!(list.append(Some(&bytes[..cut])).is_err(), "cut at {cut}");
+        }
+        let mut two_dims = bytes.clone();
+        two_dims[..4].copy_from_slice(&2i32.to_be_bytes());
+        assert!(list.append(Some(&two_dims)).is_err());
+    }
+
+    #[test]
+    fn decimals_keep_precision_and_scale() {
+        let t = PgType::Numeric {
+            precision: 10,
+            scale: 2,
+        };
+        let mut b = ColumnBuilder::new(&t, 1).unwrap();
+        b.append(Some(&numeric(0, 0, 2, &[42, 5000]))).unwrap();
+        let array = b.finish().unwrap();
+        assert_eq!(array.data_type(), &t.arrow_type());
+        assert_eq!(array.as_primitive::<Decimal128Type>().value(0), 4250);
+    }
+}

@@ -1,0 +1,203 @@
+//! One snapshot per query, shared by every scan in it, and the connections that read in it.
+//!
+//! The first connection a query needs begins `REPEATABLE READ READ ONLY` and runs
+//! `pg_export_snapshot()`; every further connection begins the same way and imports it with
+//! `SET TRANSACTION SNAPSHOT`. So all tasks of all scans of one query (self-joins, several
+//! tables of one database) see the database exactly as it was at one instant, whatever commits
+//! meanwhile (DuckDB's technique; PostgreSQL manual, "Snapshot Synchronization Functions").
+//!
+//! The exporting transaction must stay open while others import, so the exporting connection
+//! stays in the pool — it reads tasks like any other — until the query's plan is dropped.
+//! Connections are opened on demand and returned to the pool only after a COPY ended cleanly;
+//! one dropped in the middle of a COPY (an error, LIMIT satisfied, Ctrl-C) is closed, and the
+//! server is sent a cancel request so it stops the COPY at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use tokio_postgres::{Client, NoTls};
+
+use crate::connection::ConnectTarget;
+use crate::error::{PostgresError, Result};
+use crate::sql::quote_literal;
+
+/// Identifies one query of one session against one server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QueryKey {
+    /// The connection target (user, host, port, database), without password.
+    pub target: String,
+    pub session_id: String,
+    /// When the query started planning, in nanoseconds (DataFusion stamps each query).
+    pub query_start: i64,
+}
+
+type Registry = Mutex<HashMap<QueryKey, Weak<SnapshotPool>>>;
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The snapshot pool of the query `key`: the one its other scans already use, or a new one.
+/// Nothing connects until a scan runs.
+pub fn snapshot_for_query(key: QueryKey, target: &ConnectTarget) -> Arc<SnapshotPool> {
+    let Ok(mut map) = registry().lock() else {
+        // A poisoned registry only loses sharing, never correctness of one scan.
+        return Arc::new(SnapshotPool::new(target.clone()));
+    };
+    map.retain(|_, pool| pool.strong_count() > 0);
+    if let Some(pool) = map.get(&key).and_then(Weak::upgrade) {
+        return pool;
+    }
+    let pool = Arc::new(SnapshotPool::new(target.clone()));
+    map.insert(key, Arc::downgrade(&pool));
+    pool
+}
+
+/// Connections that all read in one exported snapshot.
+pub struct SnapshotPool {
+    target: ConnectTarget,
+    snapshot: tokio::sync::OnceCell<String>,
+    idle: Mutex<Vec<Client>>,
+}
+
+impl std::fmt::Debug for SnapshotPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotPool")
+            .field("target", &self.target)
+            .field("snapshot", &self.snapshot.get())
+            .finish()
+    }
+}
+
+impl SnapshotPool {
+    /// A pool for `target` that has not connected yet.
+    pub fn new(target: ConnectTarget) -> Self {
+        SnapshotPool {
+            target,
+            snapshot: tokio::sync::OnceCell::new(),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The exported snapshot's identifier, once a scan has started.
+    pub fn snapshot_id(&self) -> Option<&str> {
+        self.snapshot.get().map(String::as_str)
+    }
+
+    /// A connection inside the snapshot's transaction: an idle one, or a new one.
+    pub async fn acquire(self: &Arc<Self>) -> Result<PooledClient> {
+        let snapshot = self
+            .snapshot
+            .get_or_try_init(|| self.export_snapshot())
+            .await?
+            .clone();
+        if let Some(client) = self.take_idle() {
+            return Ok(PooledClient::new(client, self));
+        }
+        let client = self.target.connect().await?;
+        let literal = quote_literal(&snapshot).ok_or_else(|| PostgresError::Server {
+            what: "importing the snapshot".into(),
+            message: "the snapshot identifier is not text".into(),
+        })?;
+        client
+            .batch_execute(&format!(
+                "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+                 SET TRANSACTION SNAPSHOT {literal}"
+            ))
+            .await
+            .map_err(|e| PostgresError::server("importing the query's snapshot", &e))?;
+        Ok(PooledClient::new(client, self))
+    }
+
+    async fn export_snapshot(&self) -> Result<String> {
+        let client = self.target.connect().await?;
+        client
+            .batch_execute("BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(|e| PostgresError::server("starting the snapshot transaction", &e))?;
+        let row = client
+            .query_one("SELECT pg_catalog.pg_export_snapshot()", &[])
+            .await
+            .map_err(|e| PostgresError::server("exporting the snapshot", &e))?;
+        let id: String = row.get(0);
+        self.give_back(client);
+        Ok(id)
+    }
+
+    fn take_idle(&self) -> Option<Client> {
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(client) = idle.pop() {
+            if !client.is_closed() {
+                return Some(client);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, client: Client) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(client);
+        }
+    }
+}
+
+/// A connection borrowed from a [`SnapshotPool`].
+pub struct PooledClient {
+    client: Option<Client>,
+    pool: Arc<SnapshotPool>,
+    in_copy: bool,
+}
+
+impl std::fmt::Debug for PooledClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledClient")
+            .field("in_copy", &self.in_copy)
+            .finish()
+    }
+}
+
+impl PooledClient {
+    fn new(client: Client, pool: &Arc<SnapshotPool>) -> Self {
+        PooledClient {
+            client: Some(client),
+            pool: Arc::clone(pool),
+            in_copy: false,
+        }
+    }
+
+    /// The client, or an error if it was already given up.
+    pub fn client(&self) -> Result<&Client> {
+        self.client.as_ref().ok_or_else(|| PostgresError::Server {
+            what: "reading".into(),
+            message: "the connection was closed".into(),
+        })
+    }
+
+    /// Marks the start and the clean end of a COPY: a connection dropped in between is not
+    /// reused (its protocol state is unknown) and its server-side COPY is cancelled.
+    pub fn set_in_copy(&mut self, in_copy: bool) {
+        self.in_copy = in_copy;
+    }
+}
+
+impl Drop for PooledClient {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if !self.in_copy {
+            self.pool.give_back(client);
+            return;
+        }
+        // Stop the server's COPY now rather than when it next fails to write to the closed
+        // socket. Best effort: without a runtime (shutdown) closing the socket is all we do.
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let token = client.cancel_token();
+            handle.spawn(async move {
+                let _ = token.cancel_query(NoTls).await;
+            });
+        }
+        drop(client);
+    }
+}

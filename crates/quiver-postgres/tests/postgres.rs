@@ -1,0 +1,569 @@
+//! The scanner against a real PostgreSQL started by the test harness (`common/mod.rs`).
+// Helpers outside `#[test]` functions (and the shared harness) fail loudly, as tests do.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{
+    DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
+    Int64Type, IntervalMonthDayNanoType, Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
+};
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
+use quiver_postgres::register_postgres_functions;
+
+fn context() -> SessionContext {
+    let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+    register_postgres_functions(&ctx);
+    ctx
+}
+
+fn lit(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+async fn query(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
+    ctx.sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("planning {sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("running {sql}: {e}"))
+}
+
+async fn query_err(ctx: &SessionContext, sql: &str) -> String {
+    match ctx.sql(sql).await {
+        Err(e) => e.to_string(),
+        Ok(frame) => match frame.collect().await {
+            Err(e) => e.to_string(),
+            Ok(batches) => panic!("expected an error from {sql}, got {batches:?}"),
+        },
+    }
+}
+
+async fn explain(ctx: &SessionContext, sql: &str) -> String {
+    let batches = query(ctx, &format!("EXPLAIN {sql}")).await;
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+fn single_i64(batches: &[RecordBatch], column: usize) -> i64 {
+    let array = batches[0].column(column);
+    match array.data_type() {
+        DataType::Int64 => array.as_primitive::<Int64Type>().value(0),
+        DataType::Decimal128(_, _) => array.as_primitive::<Decimal128Type>().value(0) as i64,
+        other => panic!("unexpected {other}"),
+    }
+}
+
+macro_rules! require_cluster {
+    () => {
+        match common::cluster() {
+            Some(cluster) => cluster,
+            None => return,
+        }
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_type_is_read_value_by_value() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let sql = format!(
+        "SELECT * FROM postgres_scan({}, 'public', 'all_types') ORDER BY id",
+        lit(&pg.dsn("shop"))
+    );
+    let batches = query(&ctx, &sql).await;
+    let batch = arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap();
+    assert_eq!(batch.num_rows(), 3);
+    let col = |name: &str| batch.column_by_name(name).unwrap().clone();
+
+    assert!(col("b").as_boolean().value(0));
+    assert_eq!(col("i2").as_primitive::<Int16Type>().value(1), 32767);
+    assert_eq!(col("i4").as_primitive::<Int32Type>().value(1), i32::MIN);
+    assert_eq!(
+        col("i8").as_primitive::<Int64Type>().value(0),
+        9_000_000_000
+    );
+    assert_eq!(col("f4").as_primitive::<Float32Type>().value(0), 1.5);
+    assert!(col("f4").as_primitive::<Float32Type>().value(1).is_nan());
+    assert_eq!(
+        col("f8").as_primitive::<Float64Type>().value(1),
+        f64::INFINITY
+    );
+    assert_eq!(col("dec").data_type(), &DataType::Decimal128(12, 3));
+    assert_eq!(
+        col("dec").as_primitive::<Decimal128Type>().value(0),
+        123_456_789_125
+    );
+    assert_eq!(col("dec").as_primitive::<Decimal128Type>().value(1), -1);
+    // Unconstrained numeric: the server's exact text, never a float.
+    assert_eq!(col("num").data_type(), &DataType::Utf8);
+    assert_eq!(
+        col("num").as_string::<i32>().value(0),
+        "3.14159265358979323846264338327950288419716939937510"
+    );
+    assert_eq!(col("num").as_string::<i32>().value(1), "NaN");
+    assert_eq!(col("t").as_string::<i32>().value(0), "héllo");
+    assert_eq!(col("t").as_string::<i32>().value(1), "");
+    assert_eq!(col("vc").as_string::<i32>().value(0), "short");
+    assert_eq!(col("bp").as_string::<i32>().value(0), "ab  ");
+    assert_eq!(col("nm").as_string::<i32>().value(0), "pg_name");
+    assert_eq!(col("by").as_binary::<i32>().value(0), &[0x00, 0xff, 0x10]);
+    assert_eq!(col("by").as_binary::<i32>().value(1), &[] as &[u8]);
+    // 2024-02-29 is day 19782 after 1970-01-01; infinity is kept as the extreme value.
+    assert_eq!(col("d").as_primitive::<Date32Type>().value(0), 19_782);
+    assert_eq!(col("d").as_primitive::<Date32Type>().value(1), i32::MAX);
+    assert_eq!(
+        col("tm").as_primitive::<Time64MicrosecondType>().value(0),
+        (13 * 3600 + 45 * 60 + 1) * 1_000_000 + 500_000
+    );
+    assert_eq!(col("ttz").as_string::<i32>().value(0), "10:00:00+02");
+    assert_eq!(
+        col("ts").data_type(),
+        &DataType::Timestamp(TimeUnit::Microsecond, None)
+    );
+    assert_eq!(
+        col("ts")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(0),
+        1_709_214_301_123_456
+    );
+    assert_eq!(
+        col("ts")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(1),
+        i64::MIN
+    );
+    assert_eq!(
+        col("tstz").data_type(),
+        &DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+    );
+    assert_eq!(
+        col("tstz")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(0),
+        1_709_210_701_000_000
+    );
+    assert_eq!(
+        col("tstz")
+            .as_primitive::<TimestampMicrosecondType>()
+            .value(1),
+        i64::MAX
+    );
+    let iv = col("iv")
+        .as_primitive::<IntervalMonthDayNanoType>()
+        .value(0);
+    assert_eq!((iv.months, iv.days), (14, 3));
+    assert_eq!(
+        iv.nanoseconds,
+        ((4 * 3600 + 5 * 60 + 6) * 1_000_000 + 789_000) * 1000
+    );
+    assert_eq!(
+        col("u").as_string::<i32>().value(0),
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    );
+    assert_eq!(col("j").as_string::<i32>().value(0), "{\"a\": [1, 2]}");
+    assert_eq!(col("jb").as_string::<i32>().value(0), "{\"b\": true}");
+    let mood = col("m");
+    assert!(matches!(mood.data_type(), DataType::Dictionary(_, _)));
+    let mood = arrow::compute::cast(&mood, &DataType::Utf8).unwrap();
+    assert_eq!(mood.as_string::<i32>().value(0), "happy");
+    assert_eq!(col("dom").as_primitive::<Int32Type>().value(0), 7);
+    let ia = col("ia");
+    let ia = ia.as_list::<i32>();
+    let first = ia.value(0);
+    let first = first.as_primitive::<Int32Type>();
+    assert_eq!(first.len(), 3);
+    assert!(first.is_null(1));
+    assert_eq!(first.value(2), 3);
+    assert_eq!(ia.value(1).len(), 0);
+    let ta = col("ta");
+    let ta = ta.as_list::<i32>().value(0);
+    assert_eq!(ta.as_string::<i32>().value(1), "y z");
+    let na = col("na");
+    let na = na.as_list::<i32>().value(0);
+    assert_eq!(na.as_primitive::<Decimal128Type>().value(1), -225);
+    assert_eq!(col("ip").as_string::<i32>().value(0), "192.168.0.1/24");
+    assert_eq!(col("mac").as_string::<i32>().value(0), "08:00:2b:01:02:03");
+    assert_eq!(col("pt").as_string::<i32>().value(0), "(1,2)");
+    // The row of NULLs is NULL in every column.
+    for (index, column) in batch.columns().iter().enumerate().skip(1) {
+        assert!(
+            column.is_null(2),
+            "column {index} is not NULL in the NULL row"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctid_ranges_read_every_row_once() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let expected = pg.psql("shop", "SELECT count(*), sum(id), sum(total) FROM orders");
+    for (pages, connections) in [(7, 3), (1000, 4), (50, 1)] {
+        let sql = format!(
+            "SELECT count(*), sum(id), sum(total) FROM postgres_scan({}, 'public', 'orders', \
+             named_struct('pages_per_task', {pages}), named_struct('connections', {connections}))",
+            lit(&pg.dsn("shop"))
+        );
+        let batches = query(&ctx, &sql).await;
+        let got = format!(
+            "{}|{}|{}",
+            single_i64(&batches, 0),
+            single_i64(&batches, 1),
+            {
+                let total = batches[0]
+                    .column(2)
+                    .as_primitive::<Decimal128Type>()
+                    .value(0);
+                format!("{}.{:02}", total / 100, total % 100)
+            }
+        );
+        assert_eq!(
+            got, expected,
+            "pages_per_task {pages}, connections {connections}"
+        );
+    }
+    let plan = explain(
+        &ctx,
+        &format!(
+            "SELECT count(*) FROM postgres_scan({}, 'public', 'orders', named_struct('pages_per_task', 7))",
+            lit(&pg.dsn("shop"))
+        ),
+    )
+    .await;
+    assert!(plan.contains("ctid ranges of 7 pages"), "{plan}");
+    assert!(!plan.contains("password"), "{plan}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn filters_projections_and_limits_are_pushed_down() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = lit(&pg.dsn("shop"));
+    let sql = format!(
+        "SELECT id, note FROM postgres_scan_pushdown({dsn}, 'public', 'orders', named_struct('pages_per_task', 20)) \
+         WHERE customer IN (3, 5) AND NOT (total < 10) AND created BETWEEN DATE '2024-03-01' AND DATE '2024-06-30' \
+         AND note LIKE 'order 1%' AND note IS NOT NULL ORDER BY id"
+    );
+    let batches = query(&ctx, &sql).await;
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let expected = pg.psql(
+        "shop",
+        "SELECT count(*) FROM orders WHERE customer IN (3, 5) AND NOT (total < 10) \
+         AND created BETWEEN '2024-03-01' AND '2024-06-30' AND note LIKE 'order 1%'",
+    );
+    assert_eq!(rows.to_string(), expected);
+    let plan = explain(&ctx, &sql).await;
+    assert!(
+        plan.contains("(\"customer\" = 3) OR (\"customer\" = 5)"),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains("FilterExec"),
+        "every filter was pushed: {plan}"
+    );
+
+    // Selective on an indexed column: read through the index, not a ctid range per task.
+    let sql = format!(
+        "SELECT * FROM postgres_scan_pushdown({dsn}, 'public', 'orders', named_struct('pages_per_task', 20)) WHERE id = 4321"
+    );
+    let plan = explain(&ctx, &sql).await;
+    assert!(
+        plan.contains("index (Index Scan using orders_pkey"),
+        "{plan}"
+    );
+    let batches = query(&ctx, &sql).await;
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+
+    // The plain scan keeps filters in quiver; a string range stays in quiver either way.
+    let sql = format!("SELECT id FROM postgres_scan({dsn}, 'public', 'orders') WHERE id < 10");
+    assert!(explain(&ctx, &sql).await.contains("FilterExec"));
+    let sql = format!(
+        "SELECT count(*) FROM postgres_scan_pushdown({dsn}, 'public', 'orders') WHERE note < 'order 2'"
+    );
+    let expected = pg.psql(
+        "shop",
+        "SELECT count(*) FROM orders WHERE note COLLATE \"C\" < 'order 2'",
+    );
+    assert_eq!(
+        single_i64(&query(&ctx, &sql).await, 0).to_string(),
+        expected
+    );
+
+    // LIMIT goes to Postgres when nothing stays in quiver.
+    let sql = format!("SELECT * FROM postgres_scan_pushdown({dsn}, 'public', 'orders') LIMIT 5");
+    let plan = explain(&ctx, &sql).await;
+    assert!(plan.contains("limit=5"), "{plan}");
+    assert_eq!(
+        query(&ctx, &sql)
+            .await
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>(),
+        5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn weird_names_and_hostile_literals_are_quoted() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = lit(&pg.dsn("shop"));
+    let sql = format!(
+        "SELECT id, \"sel;ect\", \"MixedCase\" FROM postgres_scan_pushdown({dsn}, 'public', 'we\"ird') \
+         WHERE \"sel;ect\" = '''); DROP TABLE t; --'"
+    );
+    let batches = query(&ctx, &sql).await;
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    assert_eq!(
+        batches[0].column(1).as_string::<i32>().value(0),
+        "'); DROP TABLE t; --"
+    );
+    assert_eq!(pg.psql("shop", "SELECT x FROM t"), "42", "table t survived");
+
+    let sql = format!(
+        "SELECT \"Name\" FROM postgres_scan({dsn}, 'Other Schema', 'Cased') WHERE \"Id\" = 2"
+    );
+    let batches = query(&ctx, &sql).await;
+    assert_eq!(batches[0].column(0).as_string::<i32>().value(0), "two");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partitions_views_and_queries_are_readable() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = lit(&pg.dsn("shop"));
+    let sql = format!(
+        "SELECT count(*), sum(value) FROM postgres_scan({dsn}, 'public', 'measurements', named_struct('pages_per_task', 10))"
+    );
+    let batches = query(&ctx, &sql).await;
+    assert_eq!(single_i64(&batches, 0), 30_000);
+    assert_eq!(single_i64(&batches, 1), 30_000 * 30_001 / 2);
+    let plan = explain(&ctx, &sql).await;
+    assert!(plan.contains("over 3 heaps"), "{plan}");
+
+    let sql = format!("SELECT count(*) FROM postgres_scan({dsn}, 'public', 'big_orders')");
+    let expected = pg.psql("shop", "SELECT count(*) FROM big_orders");
+    assert_eq!(
+        single_i64(&query(&ctx, &sql).await, 0).to_string(),
+        expected
+    );
+    let sql = format!("SELECT sum(orders) FROM postgres_scan({dsn}, 'public', 'customer_totals')");
+    assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 50_000);
+
+    let inner = lit(
+        "SELECT o.id, c.orders FROM orders o JOIN customer_totals c USING (customer) WHERE o.id <= 10;",
+    );
+    let sql = format!("SELECT count(*), sum(id) FROM postgres_query({dsn}, {inner})");
+    let batches = query(&ctx, &sql).await;
+    assert_eq!(single_i64(&batches, 0), 10);
+    assert_eq!(single_i64(&batches, 1), 55);
+
+    // The URI form of the connection string reads the same table.
+    let sql = format!(
+        "SELECT count(*) FROM postgres_scan({}, 'public', 'orders')",
+        lit(&pg.uri("shop"))
+    );
+    assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 50_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn faults_are_clear_errors() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let error = query_err(
+        &ctx,
+        "SELECT * FROM postgres_scan('host', 'public', 'orders')",
+    )
+    .await;
+    assert!(
+        error.contains("invalid PostgreSQL connection string"),
+        "{error}"
+    );
+
+    let nowhere = format!(
+        "host={} port=1 user=postgres dbname=shop",
+        pg.dir().display()
+    );
+    let error = query_err(
+        &ctx,
+        &format!(
+            "SELECT * FROM postgres_scan({}, 'public', 'orders')",
+            lit(&nowhere)
+        ),
+    )
+    .await;
+    assert!(error.contains("cannot connect to PostgreSQL"), "{error}");
+
+    let bad_login = format!(
+        "host={} port={} user=secret_user password=wrong-hunter dbname=shop",
+        pg.dir().display(),
+        pg.port
+    );
+    let error = query_err(
+        &ctx,
+        &format!(
+            "SELECT * FROM postgres_scan({}, 'public', 'orders')",
+            lit(&bad_login)
+        ),
+    )
+    .await;
+    assert!(error.contains("password authentication failed"), "{error}");
+    assert!(
+        !error.contains("wrong-hunter"),
+        "the password leaked: {error}"
+    );
+
+    let dsn = lit(&pg.dsn("shop"));
+    let error = query_err(
+        &ctx,
+        &format!("SELECT * FROM postgres_scan({dsn}, 'public', 'nope')"),
+    )
+    .await;
+    assert!(
+        error.contains("table \"public\".\"nope\" does not exist"),
+        "{error}"
+    );
+    let error = query_err(
+        &ctx,
+        &format!("SELECT * FROM postgres_scan({dsn}, 'nope', 'orders')"),
+    )
+    .await;
+    assert!(error.contains("schema \"nope\" does not exist"), "{error}");
+    let error = query_err(
+        &ctx,
+        &format!("SELECT * FROM postgres_query({dsn}, 'SELECT * FROM missing_table')"),
+    )
+    .await;
+    assert!(error.contains("missing_table"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_backend_is_an_error_not_a_short_result() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = format!("{} application_name=quiver_terminate_test", pg.dsn("shop"));
+    let sql = format!(
+        "SELECT * FROM postgres_scan({}, 'public', 'wide', named_struct('connections', 1), named_struct('pages_per_task', 1000000))",
+        lit(&dsn)
+    );
+    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
+    let first = stream
+        .next()
+        .await
+        .expect("a first batch")
+        .expect("no error yet");
+    assert!(first.num_rows() > 0);
+    let killed = pg.psql(
+        "shop",
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = 'quiver_terminate_test' AND query LIKE 'COPY%'",
+    );
+    assert_eq!(killed, "1");
+    let mut rows = first.num_rows();
+    let mut failed = None;
+    while let Some(batch) = stream.next().await {
+        match batch {
+            Ok(batch) => rows += batch.num_rows(),
+            Err(error) => {
+                failed = Some(error.to_string());
+                break;
+            }
+        }
+    }
+    let error =
+        failed.unwrap_or_else(|| panic!("the scan ended without an error after {rows} rows"));
+    assert!(rows < 100_000, "all rows arrived before the termination");
+    assert!(
+        error.contains("terminating connection")
+            || error.contains("closed")
+            || error.contains("end-of-data"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_scans_see_one_snapshot_under_concurrent_writes() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let (client, connection) = tokio_postgres::connect(&pg.dsn("shop"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut round: u64 = 0;
+            let mut commits = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let k = (round * 7919) % 19_000;
+                // Each transaction keeps count(*) and sum(balance) unchanged, while moving
+                // row versions to other pages (and so across ctid ranges).
+                let sql = format!(
+                    "BEGIN; \
+                     UPDATE accounts SET balance = balance + CASE WHEN id % 2 = 0 THEN 3 ELSE -3 END \
+                       WHERE id >= (SELECT min(id) FROM accounts) + {k} \
+                         AND id < (SELECT min(id) FROM accounts) + {k} + 200; \
+                     WITH gone AS (DELETE FROM accounts WHERE id = (SELECT min(id) FROM accounts) RETURNING balance) \
+                       INSERT INTO accounts SELECT nextval('accounts_next'), balance FROM gone; \
+                     COMMIT;"
+                );
+                client.batch_execute(&sql).await.unwrap();
+                commits += 1;
+            }
+            commits
+        })
+    };
+    let sql = format!(
+        "SELECT count(*), sum(balance) FROM postgres_scan({}, 'public', 'accounts', \
+         named_struct('pages_per_task', 4), named_struct('connections', 4))",
+        lit(&pg.dsn("shop"))
+    );
+    for run in 0..25 {
+        let batches = query(&ctx, &sql).await;
+        assert_eq!(single_i64(&batches, 0), 20_000, "count in run {run}");
+        assert_eq!(single_i64(&batches, 1), 2_000_000, "sum in run {run}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let commits = writer.await.unwrap();
+    assert!(commits > 0, "the writer never committed while scans ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropping_a_scan_cancels_the_server_side_copy() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = format!("{} application_name=quiver_cancel_test", pg.dsn("shop"));
+    let sql = format!(
+        "SELECT * FROM postgres_scan({}, 'public', 'wide', named_struct('connections', 1), named_struct('pages_per_task', 1000000))",
+        lit(&dsn)
+    );
+    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
+    assert!(stream.next().await.expect("a first batch").is_ok());
+    let copying = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'quiver_cancel_test' AND query LIKE 'COPY%' AND state = 'active'";
+    assert_eq!(
+        pg.psql("shop", copying),
+        "1",
+        "the COPY runs while the scan is read"
+    );
+    // What Ctrl-C does: the consumer drops the stream.
+    drop(stream);
+    let mut still = String::new();
+    for _ in 0..100 {
+        still = pg.psql("shop", copying);
+        if still == "0" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(still, "0", "the server-side COPY was not cancelled");
+}
