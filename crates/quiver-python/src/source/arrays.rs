@@ -90,7 +90,9 @@ impl NumpyView {
     fn scalars<T: ArrowPrimitiveType>(&self) -> ScalarBuffer<T::Native> {
         let size = std::mem::size_of::<T::Native>();
         let bytes = self.len * size;
-        let aligned = self.address % std::mem::align_of::<T::Native>() == 0;
+        let aligned = self
+            .address
+            .is_multiple_of(std::mem::align_of::<T::Native>());
         match NonNull::new(self.address as *mut u8) {
             Some(pointer) if aligned && self.len > 0 => {
                 // SAFETY: NumPy owns `bytes` bytes at `pointer`; `owner` keeps the array alive
@@ -145,7 +147,7 @@ where
 {
     let values = view.scalars::<T>();
     let sentinel_nulls = missing_value.and_then(|missing| {
-        if values.iter().any(|v| *v == missing) {
+        if values.contains(&missing) {
             Some(NullBuffer::from_iter(values.iter().map(|v| *v != missing)))
         } else {
             None
@@ -343,7 +345,7 @@ where
     T::Native: PartialEq,
 {
     let values = view.scalars::<T>();
-    let nulls = if values.iter().any(|v| *v == missing) {
+    let nulls = if values.contains(&missing) {
         // A null key's value must still be a valid index.
         Some(NullBuffer::from_iter(values.iter().map(|v| *v != missing)))
     } else {
