@@ -78,6 +78,7 @@ def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) 
         import duckdb
 
         con = duckdb.connect()
+        con.register("hits", hits)  # a view over the frame, scanned in place on every query
 
         def run(q):
             result = con.sql(q)
