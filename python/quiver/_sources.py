@@ -249,7 +249,11 @@ def _object_column(name: str, values: Any):
         for row, value in enumerate(values):
             if _is_null(value):
                 mask[row] = True
-            elif not isinstance(value, types) or (label == "int" and isinstance(value, bool)):
+            elif (
+                not isinstance(value, types)
+                or (label == "int" and isinstance(value, bool))
+                or (label == "date" and isinstance(value, datetime.datetime))
+            ):
                 raise ConversionError(
                     f'column "{name}", row {row}: expected {label} (or None), '
                     f"got a Python {type(value).__name__}"
@@ -293,6 +297,15 @@ def _object_column(name: str, values: Any):
         data = np.array(micros, dtype=np.int64).view("datetime64[us]")
         return ("numpy", name, data, mask, "UTC" if aware else None, False)
     if isinstance(first, datetime.date):
+        # pandas reads Parquet date32 columns as objects of datetime.date: convert them in C
+        # when the column holds nothing else (checked by type, so a datetime is never truncated).
+        if set(map(type, values)) <= {datetime.date, type(None)}:
+            try:
+                import pyarrow as pa
+            except ImportError:
+                data = np.array(values, dtype="datetime64[D]")  # None -> NaT -> NULL
+                return ("numpy", name, data, None, None, False)
+            return ("arrow", name, [pa.array(values, type=pa.date32())])
         mask = check((datetime.date,), "date")
         days = [
             0 if missing else np.datetime64(value, "D").astype(np.int64)

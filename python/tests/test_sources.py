@@ -213,3 +213,20 @@ def test_large_frame_many_morsels():
     ).fetchone()
     assert got == (n, int((np.arange(n) % 7).sum()), n, 7)
     assert quiver.sql("SELECT s FROM df LIMIT 3").arrow().num_rows == 3
+
+
+def test_date_objects_convert_fast_and_never_truncate_datetimes():
+    dates = pd.DataFrame({"d": pd.Series([datetime.date(2024, 5, 6), None] * 1000, dtype=object)})
+    assert quiver.sql("SELECT count(d), min(d) FROM dates").fetchone() == (
+        1000,
+        datetime.date(2024, 5, 6),
+    )
+    mixed = pd.DataFrame(
+        {
+            "d": pd.Series(
+                [datetime.date(2024, 5, 6), datetime.datetime(2024, 1, 1, 5)], dtype=object
+            )
+        }
+    )
+    with pytest.raises(quiver.ConversionError, match=r'column "d", row 1: expected date'):
+        quiver.sql("SELECT * FROM mixed")
