@@ -123,52 +123,40 @@ impl Connection {
         let session = self.session.clone();
         let resolver_ref = resolver.as_ref();
         let outcome = runtime::wait(py, async move {
-            let count = statements.len();
-            let mut last = None;
-            for (index, statement) in statements.iter().enumerate() {
-                let options = ExecuteOptions {
-                    external: resolver_ref.map(|r| r as &dyn ExternalTables),
-                    params: params.clone(),
-                };
-                let result = session.execute_with(statement, options).await;
-                let result = match result {
-                    Ok(result) => result,
-                    Err(error) => return Ok(Err(error)),
-                };
-                if index + 1 < count || !result.returns_rows() {
-                    // Statements before the last, and DDL/DML, run to completion now.
-                    let schema = result.schema();
-                    let format = result.format();
-                    let returns_rows = result.returns_rows();
-                    match result.collect().await {
-                        Ok(_) if index + 1 == count => {
-                            last = Some(Err((schema, format, returns_rows)));
-                        }
-                        Ok(_) => {}
-                        Err(error) => return Ok(Err(error)),
-                    }
-                } else {
-                    last = Some(Ok(result));
+            let run = async {
+                let count = statements.len();
+                let mut last = None;
+                for (index, statement) in statements.iter().enumerate() {
+                    let options = ExecuteOptions {
+                        external: resolver_ref.map(|r| r as &dyn ExternalTables),
+                        params: params.clone(),
+                    };
+                    let result = session.execute_with(statement, options).await?;
+                    last = Some(if index + 1 < count || !result.returns_rows() {
+                        // Statements before the last, and DDL/DML, run to completion now.
+                        let finished = ResultHandle::finished(
+                            result.schema(),
+                            result.format(),
+                            result.returns_rows(),
+                        );
+                        result.collect().await?;
+                        finished
+                    } else {
+                        ResultHandle::new(result)
+                    });
                 }
-            }
-            Ok(Ok(last))
+                Ok::<_, QuiverError>(last)
+            };
+            Ok(run.await)
         })?;
-        let last = match outcome {
-            Ok(last) => last,
-            Err(error) => {
-                if let Some(original) = resolver.as_ref().and_then(|r| r.take_error()) {
-                    return Err(original);
-                }
-                return Err(to_py(error));
-            }
-        };
-        match last {
-            Some(Ok(result)) => Ok(ResultHandle::new(result)),
-            Some(Err((schema, format, returns_rows))) => {
-                Ok(ResultHandle::finished(schema, format, returns_rows))
-            }
-            None => Err(invalid_input("no SQL statement to run".into())),
-        }
+        // A Python exception raised while converting an object is re-raised as it was.
+        let last = outcome.map_err(|error| {
+            resolver
+                .as_ref()
+                .and_then(|r| r.take_error())
+                .unwrap_or_else(|| to_py(error))
+        })?;
+        last.ok_or_else(|| invalid_input("no SQL statement to run".into()))
     }
 
     /// Makes `object` (a DataFrame, Arrow table, NumPy array, ...) queryable as `name` until
