@@ -33,6 +33,11 @@ class Resolver:
                 yield frame.f_globals
 
     def lookup(self, name: str) -> Any:
+        """The table for ``name`` (a ``_quiver.Table``), or None."""
+        found = self._find(name)
+        return None if found is None else _sources.table(found)
+
+    def _find(self, name: str) -> Any:
         for namespace in self._namespaces():
             if name in namespace and _sources.can_scan(namespace[name]):
                 return namespace[name]

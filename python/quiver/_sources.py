@@ -2,7 +2,9 @@
 
 The Rust extension calls :func:`normalize` with the GIL held. It returns either
 ``("stream", description, producer)`` for anything that speaks the Arrow PyCapsule stream
-protocol, or ``("columns", description, num_rows, specs)`` with one spec per column:
+protocol, or ``("columns", description, num_rows, specs[, live])`` with one spec per column
+(``live``: every spec reads the object's own memory, so the table may be reused, see
+:func:`table`):
 
 * ``("numpy", name, array, mask, tz, nan_as_null)``: a contiguous 1-D NumPy array of numbers,
   bools, datetime64 or timedelta64; wrapped without copying. ``mask`` (True = missing) is a
@@ -22,6 +24,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import sys
+import weakref
 from typing import Any
 
 from quiver.errors import ConversionError, InvalidInputError
@@ -63,13 +66,95 @@ def can_scan(obj: Any) -> bool:
     )
 
 
+# --- tables reused across queries ------------------------------------------------------------
+
+_CACHE_LIMIT = 64
+_cache: dict = {}  # id(object) -> (weakref to it, fingerprint, _quiver.Table)
+
+
+def table(obj: Any):
+    """The engine's table for ``obj``. Building one costs milliseconds for a wide frame, so it is
+    kept (under a weak reference: it never keeps the object alive) and reused while the object's
+    columns are still the same arrays. A table reads those arrays where they live at every
+    scan, so values changed in place are seen; a column replaced, added, dropped or renamed, or
+    a changed row count, gives a different fingerprint and a new table. Objects whose columns had
+    to be converted (categoricals, decimals, dates, 2-D arrays, dicts, ...) and objects that can
+    change without a visible trace (polars frames, datasets) are converted at every query."""
+    from quiver import _quiver
+
+    fingerprint = _fingerprint(obj)
+    key = id(obj)
+    if fingerprint is not None:
+        entry = _cache.get(key)
+        if entry is not None and entry[0]() is obj and _same(entry[1], fingerprint):
+            return entry[2]
+    built = _quiver.Table(obj)
+    if fingerprint is None or not built.reusable:
+        return built
+    try:
+        ref = weakref.ref(obj, _forget(key))
+    except TypeError:
+        return built
+    if key not in _cache and len(_cache) >= _CACHE_LIMIT:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = (ref, fingerprint, built)
+    return built
+
+
+def _forget(key: int):
+    def callback(ref: Any) -> None:
+        entry = _cache.get(key)
+        if entry is not None and entry[0] is ref:
+            del _cache[key]
+
+    return callback
+
+
+def _same(old: tuple, new: tuple) -> bool:
+    if len(old) != len(new):
+        return False
+    for a, b in zip(old, new):
+        if a is b:
+            continue
+        if type(a) is type(b) and isinstance(a, (int, str, tuple)) and a == b:
+            continue
+        return False
+    return True
+
+
+def _fingerprint(obj: Any):
+    """What must stay identical for a cached table to still describe ``obj``; None when the
+    object's kind is never cached. The cache holds these objects, so identity is exact."""
+    module, name = _kind(obj)
+    if module == "pyarrow" and name in ("Table", "RecordBatch"):
+        return ()  # immutable
+    if module == "numpy" and name == "ndarray":
+        interface = obj.__array_interface__
+        return (interface["typestr"], interface["shape"], interface["data"][0], obj.strides)
+    if module == "pandas" and name == "DataFrame":
+        blocks = getattr(getattr(obj, "_mgr", None), "blocks", None)
+        if blocks is None:
+            return None
+        parts: list = [obj.columns, len(obj)]
+        for block in blocks:
+            values = block.values
+            parts.append(block.mgr_locs)
+            parts.append(values)
+            parts.append(values.dtype)
+            # pandas' extension arrays swap these on assignment instead of writing in place.
+            for attribute in ("_pa_array", "_ndarray", "_data", "_mask"):
+                parts.append(getattr(values, attribute, None))
+        return tuple(parts)
+    return None
+
+
 def normalize(obj: Any):
     module, name = _kind(obj)
     description = f"{module}.{name}"
     if module == "pandas" and name == "DataFrame":
         return _pandas_frame(obj, description)
     if module == "pandas" and name == "Series":
-        return _pandas_frame(obj.to_frame(), description)
+        return _pandas_frame(obj.to_frame(), description)[:4]
     if module == "polars" and name == "LazyFrame":
         return ("stream", description, obj.collect())
     if module == "pyarrow" and name.endswith("Dataset"):
@@ -92,8 +177,13 @@ def normalize(obj: Any):
 
 def _pandas_frame(df: Any, description: str):
     names = [_column_name(c) for c in df.columns]
-    specs = [_pandas_column(name, df.iloc[:, i]) for i, name in enumerate(names)]
-    return ("columns", description, len(df), specs)
+    specs = []
+    live = True
+    for i, name in enumerate(names):
+        spec, column_live = _pandas_column(name, df.iloc[:, i])
+        specs.append(spec)
+        live = live and column_live
+    return ("columns", description, len(df), specs, live)
 
 
 def _column_name(label: Any) -> str:
@@ -105,6 +195,8 @@ def _column_name(label: Any) -> str:
 
 
 def _pandas_column(name: str, series: Any):
+    """The column's spec, and whether it reads the frame's own memory (True) or a conversion
+    made here (False: a table built from it must not outlive this query)."""
     import numpy as np
     import pandas as pd
 
@@ -112,34 +204,37 @@ def _pandas_column(name: str, series: Any):
     array = series.array
     if isinstance(dtype, pd.CategoricalDtype):
         codes = np.ascontiguousarray(series.cat.codes.to_numpy())
-        categories = _pandas_column(name, pd.Series(series.cat.categories))
-        return ("categorical", name, codes, categories)
+        categories, _ = _pandas_column(name, pd.Series(series.cat.categories))
+        return ("categorical", name, codes, categories), False
     if hasattr(array, "__arrow_array__") and _arrow_backed(array):
         chunked = array.__arrow_array__()
-        return ("arrow", name, list(getattr(chunked, "chunks", [chunked])))
+        return ("arrow", name, list(getattr(chunked, "chunks", [chunked]))), True
     if isinstance(dtype, pd.StringDtype):
         # StringDtype("python"): an object array of str, with pd.NA (or NaN) for missing.
         values = getattr(array, "_ndarray", None)
         if values is None:
             values = np.asarray(array, dtype=object)
-        return ("objects", name, np.ascontiguousarray(values), "str", _null_objects())
+        contiguous = np.ascontiguousarray(values)
+        spec = ("objects", name, contiguous, "str", _null_objects())
+        return spec, contiguous is getattr(array, "_ndarray", None)
     if isinstance(dtype, pd.DatetimeTZDtype):
-        utc = series.dt.tz_convert("UTC").dt.tz_localize(None)
-        return ("numpy", name, np.ascontiguousarray(utc.to_numpy()), None, str(dtype.tz), False)
+        utc = getattr(array, "_ndarray", None)  # the UTC instants, as datetime64
+        if utc is None or utc.ndim != 1:
+            utc = series.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+        contiguous = np.ascontiguousarray(utc)
+        spec = ("numpy", name, contiguous, None, str(dtype.tz), False)
+        return spec, contiguous is getattr(array, "_ndarray", None)
     mask = getattr(array, "_mask", None)
     data = getattr(array, "_data", None)
     if mask is not None and data is not None:  # Int64, boolean, Float64 ...
-        return (
-            "numpy",
-            name,
-            np.ascontiguousarray(data),
-            np.ascontiguousarray(mask),
-            None,
-            False,
-        )
+        contiguous = (np.ascontiguousarray(data), np.ascontiguousarray(mask))
+        spec = ("numpy", name, contiguous[0], contiguous[1], None, False)
+        return spec, contiguous[0] is data and contiguous[1] is mask
     if isinstance(dtype, np.dtype):
         values = series.to_numpy()
-        return _numpy_column(name, values, nan_as_null=True)
+        spec = _numpy_column(name, values, nan_as_null=True)
+        # to_numpy() of a NumPy-backed column is a view of the frame's block.
+        return spec, spec[0] in ("numpy", "objects") and spec[2] is values
     raise ConversionError(f'column "{name}": pandas dtype {dtype} is not supported')
 
 
@@ -188,7 +283,8 @@ def _numpy_array(array: Any, description: str):
         specs = [_numpy_column(n, np.ascontiguousarray(array[n])) for n in array.dtype.names]
         return ("columns", description, len(array), specs)
     if array.ndim == 1:
-        return ("columns", description, len(array), [_numpy_column("column0", array)])
+        spec = _numpy_column("column0", array)
+        return ("columns", description, len(array), [spec], spec[2] is array)
     if array.ndim == 2:
         specs = [
             _numpy_column(f"column{j}", np.ascontiguousarray(array[:, j]))

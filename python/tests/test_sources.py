@@ -230,3 +230,107 @@ def test_date_objects_convert_fast_and_never_truncate_datetimes():
     )
     with pytest.raises(quiver.ConversionError, match=r'column "d", row 1: expected date'):
         quiver.sql("SELECT * FROM mixed")
+
+
+# --- tables reused across queries ---------------------------------------------------------
+
+
+def _total(df):
+    return quiver.sql(
+        "SELECT sum(a) AS a, count(b) AS b, count(f) AS f, count(s) AS s FROM df"
+    ).fetchone()
+
+
+def test_a_frame_is_converted_once_and_reused():
+    from quiver import _sources
+
+    df = pd.DataFrame({"a": np.arange(10), "s": [str(i) for i in range(10)]})
+    first = _sources.table(df)
+    assert first.reusable
+    assert _sources.table(df) is first
+    assert quiver.sql("SELECT count(*) FROM df").fetchone() == (10,)
+    assert _sources.table(df) is first
+
+
+def test_reused_tables_see_every_kind_of_change():
+    df = pd.DataFrame(
+        {
+            "a": np.arange(5, dtype=np.int64),
+            "b": pd.array([1, 2, 3, 4, 5], dtype="Int64"),
+            "f": np.arange(5, dtype=np.float64),
+            "s": pd.Series(["v", "w", "x", "y", "z"], dtype="str"),
+            "o": pd.Series(["v", "w", "x", "y", "z"], dtype=object),
+            "t": np.array([True, False, True, False, True]),
+        }
+    )
+    assert _total(df) == (10, 5, 5, 5)
+    df.loc[0, "a"] = 100  # in place into the NumPy block
+    df.loc[1, "b"] = pd.NA  # the masked array's mask, in place
+    df.loc[2, "f"] = np.nan  # NaN is NULL, and NULLs are found at every scan
+    df.loc[3, "s"] = None  # an Arrow-backed column swaps its array
+    assert _total(df) == (110, 4, 4, 4)
+    df.loc[4, "o"] = "changed"
+    df.loc[0, "t"] = False
+    row = quiver.sql("SELECT countIf(o = 'changed'), countIf(t) FROM df").fetchone()
+    assert row == (1, 2)
+    df["a"] = df["a"] * 2  # a column replaced
+    assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (220,)
+    df["extra"] = 1  # a column added
+    assert quiver.sql("SELECT sum(extra) FROM df").fetchone() == (5,)
+    df.columns = [*df.columns[:-1], "renamed"]
+    assert quiver.sql("SELECT sum(renamed) FROM df").fetchone() == (5,)
+    del df["renamed"]
+    with pytest.raises(quiver.Error, match="renamed"):
+        quiver.sql("SELECT sum(renamed) FROM df").fetchall()
+    df.loc[len(df)] = [1, 1, 1.0, "n", "n", True]  # a row appended in place
+    assert quiver.sql("SELECT count(*) FROM df").fetchone() == (6,)
+
+
+def test_converted_columns_are_not_reused():
+    from quiver import _sources
+
+    cat = pd.DataFrame({"c": pd.Categorical(["x", "y", "x"])})
+    assert not _sources.table(cat).reusable
+    cat.loc[0, "c"] = "y"
+    assert quiver.sql("SELECT count(*) FROM cat WHERE c = 'y'").fetchone() == (2,)
+    dec = pd.DataFrame({"d": [decimal.Decimal("1.5"), decimal.Decimal("2.5")]})
+    assert not _sources.table(dec).reusable
+    dec.loc[0, "d"] = decimal.Decimal("10.5")
+    assert quiver.sql("SELECT sum(d) FROM dec").fetchone() == (decimal.Decimal("13.0"),)
+    ints_as_objects = pd.DataFrame({"i": pd.Series([1, 2, None], dtype=object)})
+    assert not _sources.table(ints_as_objects).reusable
+
+
+def test_the_cache_never_keeps_a_frame_alive():
+    import gc
+    import weakref
+
+    from quiver import _sources
+
+    def query_a_frame():
+        # In a function of its own: Python 3.11's frame.f_locals snapshot (which name lookup
+        # reads) holds the caller's variables until that frame ends.
+        df = pd.DataFrame({"a": np.arange(1000)})
+        assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (499500,)
+        assert id(df) in _sources._cache
+        return id(df), weakref.ref(df), weakref.ref(df._mgr.blocks[0].values)
+
+    key, frame, column = query_a_frame()
+    gc.collect()
+    assert frame() is None
+    assert key not in _sources._cache
+    assert column() is None
+
+
+def test_numpy_arrays_and_arrow_tables_are_reused_safely():
+    from quiver import _sources
+
+    arr = np.arange(5, dtype=np.int64)
+    assert _sources.table(arr) is _sources.table(arr)
+    arr[0] = 10
+    assert quiver.sql("SELECT sum(column0) FROM arr").fetchone() == (20,)
+    arr.shape = (5, 1)
+    assert quiver.sql("SELECT sum(column0) FROM arr").fetchone() == (20,)
+    tbl = pa.table({"x": [1, 2, 3]})
+    assert _sources.table(tbl) is _sources.table(tbl)
+    assert quiver.sql("SELECT sum(x) FROM tbl").fetchone() == (6,)

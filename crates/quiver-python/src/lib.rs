@@ -63,7 +63,12 @@ impl ExternalTables for PyResolver {
             if object.is_none(py) {
                 return Ok(None);
             }
-            let table = PythonTable::from_python(py, object.bind(py)).map_err(|e| self.keep(e))?;
+            let table = match object.cast_bound::<Table>(py) {
+                Ok(table) => table.get().table.clone(),
+                Err(_) => {
+                    PythonTable::from_python(py, object.bind(py)).map_err(|e| self.keep(e))?
+                }
+            };
             Ok(Some(Arc::new(table) as Arc<dyn TableProvider>))
         })
     }
@@ -195,6 +200,36 @@ impl Connection {
     }
 }
 
+/// A Python object made into a table once, for `quiver._sources.table` to reuse across queries.
+#[pyclass(module = "quiver._quiver", frozen)]
+struct Table {
+    table: PythonTable,
+}
+
+#[pymethods]
+impl Table {
+    #[new]
+    fn new(py: Python<'_>, object: Bound<'_, PyAny>) -> PyResult<Table> {
+        Ok(Table {
+            table: PythonTable::from_python(py, &object)?,
+        })
+    }
+
+    /// Whether the table reads the object's own memory and so may serve later queries.
+    #[getter]
+    fn reusable(&self) -> bool {
+        self.table.live
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<quiver table: {} columns, reusable={}>",
+            self.table.schema().fields().len(),
+            self.table.live
+        )
+    }
+}
+
 /// Whether strings are read without the GIL (false if the layout self-check failed).
 #[pyfunction]
 fn _direct_strings(py: Python<'_>) -> bool {
@@ -218,6 +253,7 @@ fn _describe_source(py: Python<'_>, object: Bound<'_, PyAny>) -> PyResult<Py<PyL
 fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
     m.add_class::<ResultHandle>()?;
+    m.add_class::<Table>()?;
     m.add_function(wrap_pyfunction!(_direct_strings, m)?)?;
     m.add_function(wrap_pyfunction!(_describe_source, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

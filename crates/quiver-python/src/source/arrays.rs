@@ -35,10 +35,12 @@ impl PyOwner {
 }
 
 /// A 1-D NumPy array as seen through `__array_interface__`.
+#[derive(Clone)]
 pub struct NumpyView {
     pub address: usize,
     pub len: usize,
     pub typestr: String,
+    itemsize: usize,
     pub owner: Arc<PyOwner>,
 }
 
@@ -81,8 +83,20 @@ impl NumpyView {
             address,
             len: *len,
             typestr,
+            itemsize,
             owner: Arc::new(PyOwner::new(array)),
         })
+    }
+
+    /// Elements `start..start + len` (the caller keeps them in bounds).
+    fn slice(&self, start: usize, len: usize) -> NumpyView {
+        NumpyView {
+            address: self.address + start * self.itemsize,
+            len,
+            typestr: self.typestr.clone(),
+            itemsize: self.itemsize,
+            owner: Arc::clone(&self.owner),
+        }
     }
 
     /// The first `len` elements as a zero-copy Arrow buffer of `T`, or a copy when the data is
@@ -118,19 +132,14 @@ impl NumpyView {
 }
 
 /// A validity bitmap from a NumPy boolean mask (True = missing), as pandas' masked arrays keep.
-fn mask_nulls(column: &str, mask: &Bound<'_, PyAny>, len: usize) -> PyResult<Option<NullBuffer>> {
-    let view = NumpyView::new(column, mask)?;
-    if view.len != len || !view.typestr.ends_with("b1") {
-        return Err(conversion_error(format!(
-            "column \"{column}\": the mask must be a boolean array of {len} elements"
-        )));
-    }
-    // SAFETY: `view` describes `len` bytes that the mask array (alive for this call) owns.
-    let missing = unsafe { std::slice::from_raw_parts(view.address as *const u8, len) };
+fn mask_nulls(view: &NumpyView) -> Option<NullBuffer> {
+    // SAFETY: `view` describes `len` bytes of a live boolean array (checked by NumpyColumn::new;
+    // `owner` keeps it alive).
+    let missing = unsafe { std::slice::from_raw_parts(view.address as *const u8, view.len) };
     if !missing.iter().any(|&m| m != 0) {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(NullBuffer::from_iter(missing.iter().map(|&m| m == 0))))
+    Some(NullBuffer::from_iter(missing.iter().map(|&m| m == 0)))
 }
 
 fn combine(a: Option<NullBuffer>, b: Option<NullBuffer>) -> Option<NullBuffer> {
@@ -196,45 +205,124 @@ mod num_like {
     }
 }
 
-/// A NumPy column (numeric, bool, datetime64, timedelta64) as an Arrow array; numeric and
-/// temporal data are wrapped, not copied. `tz` makes datetime64 a zoned timestamp (pandas keeps
-/// zoned values as UTC); `nan_as_null` turns NaN into NULL (pandas' missing float).
-pub fn numpy_array(
-    column: &str,
-    array: &Bound<'_, PyAny>,
-    mask: Option<&Bound<'_, PyAny>>,
-    tz: Option<String>,
+/// A NumPy column (numeric, bool, datetime64, timedelta64) read where it lives: every scan
+/// wraps the rows it needs ([`NumpyColumn::slice`]) instead of converting once, so a value
+/// changed in place in the NumPy array (or the pandas frame over it) is what the next query sees.
+/// Numeric and temporal data are wrapped, not copied; validity bitmaps (a pandas mask, NaN, NaT)
+/// and packed booleans are built per slice, on the scan's worker threads.
+pub struct NumpyColumn {
+    column: String,
+    values: NumpyView,
+    mask: Option<NumpyView>,
+    tz: Option<Arc<str>>,
     nan_as_null: bool,
-) -> PyResult<ArrayRef> {
-    let view = NumpyView::new(column, array)?;
-    let nulls = match mask {
-        Some(mask) if !mask.is_none() => mask_nulls(column, mask, view.len)?,
-        _ => None,
-    };
+    data_type: DataType,
+}
+
+impl NumpyColumn {
+    /// `tz` makes datetime64 a zoned timestamp (pandas keeps zoned values as UTC);
+    /// `nan_as_null` turns NaN into NULL (pandas' missing float); `mask` is True where missing.
+    pub fn new(
+        column: &str,
+        array: &Bound<'_, PyAny>,
+        mask: Option<&Bound<'_, PyAny>>,
+        tz: Option<String>,
+        nan_as_null: bool,
+    ) -> PyResult<NumpyColumn> {
+        let values = NumpyView::new(column, array)?;
+        let mask = match mask {
+            Some(mask) if !mask.is_none() => {
+                let view = NumpyView::new(column, mask)?;
+                if view.len != values.len || !view.typestr.ends_with("b1") {
+                    return Err(conversion_error(format!(
+                        "column \"{column}\": the mask must be a boolean array of {} elements",
+                        values.len
+                    )));
+                }
+                Some(view)
+            }
+            _ => None,
+        };
+        let mut column = NumpyColumn {
+            column: column.to_string(),
+            values,
+            mask,
+            tz: tz.map(Arc::from),
+            nan_as_null,
+            data_type: DataType::Null,
+        };
+        column.data_type = column
+            .slice(0, 0)
+            .map_err(conversion_error)?
+            .data_type()
+            .clone();
+        Ok(column)
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len
+    }
+
+    pub fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+
+    /// Rows `start..start + len` as an Arrow array (`start + len` must not pass the end).
+    /// Needs no GIL: the error is a message for the caller to wrap.
+    pub fn slice(&self, start: usize, len: usize) -> Result<ArrayRef, String> {
+        let end = start.checked_add(len).filter(|end| *end <= self.values.len);
+        if end.is_none() {
+            return Err(format!(
+                "column \"{}\": rows {start}..{} are outside its {} rows",
+                self.column,
+                start.saturating_add(len),
+                self.values.len
+            ));
+        }
+        let nulls = self
+            .mask
+            .as_ref()
+            .and_then(|m| mask_nulls(&m.slice(start, len)));
+        numpy_array(
+            &self.column,
+            &self.values.slice(start, len),
+            nulls,
+            &self.tz,
+            self.nan_as_null,
+        )
+    }
+}
+
+fn numpy_array(
+    column: &str,
+    view: &NumpyView,
+    nulls: Option<NullBuffer>,
+    timestamp_tz: &Option<Arc<str>>,
+    nan_as_null: bool,
+) -> Result<ArrayRef, String> {
     let code = view.typestr.get(1..).unwrap_or_default().to_string();
     if !(view.typestr.starts_with('<')
         || view.typestr.starts_with('|')
         || view.typestr.starts_with('='))
     {
-        return Err(conversion_error(format!(
+        return Err(format!(
             "column \"{column}\": big-endian arrays ({}) are not supported; use a native byte order",
             view.typestr
-        )));
+        ));
     }
     let nat = Some(i64::MIN);
-    let timestamp_tz: Option<Arc<str>> = tz.map(Arc::from);
     let array: ArrayRef = match code.as_str() {
-        "i1" => primitive::<Int8Type>(&view, nulls, None),
-        "i2" => primitive::<Int16Type>(&view, nulls, None),
-        "i4" => primitive::<Int32Type>(&view, nulls, None),
-        "i8" => primitive::<Int64Type>(&view, nulls, None),
-        "u1" => primitive::<UInt8Type>(&view, nulls, None),
-        "u2" => primitive::<UInt16Type>(&view, nulls, None),
-        "u4" => primitive::<UInt32Type>(&view, nulls, None),
-        "u8" => primitive::<UInt64Type>(&view, nulls, None),
-        "f2" => primitive::<Float16Type>(&view, nulls, None),
-        "f4" => float::<Float32Type>(&view, nulls, nan_as_null),
-        "f8" => float::<Float64Type>(&view, nulls, nan_as_null),
+        "i1" => primitive::<Int8Type>(view, nulls, None),
+        "i2" => primitive::<Int16Type>(view, nulls, None),
+        "i4" => primitive::<Int32Type>(view, nulls, None),
+        "i8" => primitive::<Int64Type>(view, nulls, None),
+        "u1" => primitive::<UInt8Type>(view, nulls, None),
+        "u2" => primitive::<UInt16Type>(view, nulls, None),
+        "u4" => primitive::<UInt32Type>(view, nulls, None),
+        "u8" => primitive::<UInt64Type>(view, nulls, None),
+        "f2" => primitive::<Float16Type>(view, nulls, None),
+        "f4" => float::<Float32Type>(view, nulls, nan_as_null),
+        "f8" => float::<Float64Type>(view, nulls, nan_as_null),
         "b1" => {
             // Arrow packs booleans into bits, so this one copies (to an eighth of the size).
             // SAFETY: `view` describes `len` bytes owned by the live array.
@@ -243,23 +331,23 @@ pub fn numpy_array(
             Arc::new(BooleanArray::new(values, nulls))
         }
         "M8[s]" => with_tz(
-            primitive::<TimestampSecondType>(&view, nulls, nat),
-            &timestamp_tz,
+            primitive::<TimestampSecondType>(view, nulls, nat),
+            timestamp_tz,
             TimeUnit::Second,
         ),
         "M8[ms]" => with_tz(
-            primitive::<TimestampMillisecondType>(&view, nulls, nat),
-            &timestamp_tz,
+            primitive::<TimestampMillisecondType>(view, nulls, nat),
+            timestamp_tz,
             TimeUnit::Millisecond,
         ),
         "M8[us]" => with_tz(
-            primitive::<TimestampMicrosecondType>(&view, nulls, nat),
-            &timestamp_tz,
+            primitive::<TimestampMicrosecondType>(view, nulls, nat),
+            timestamp_tz,
             TimeUnit::Microsecond,
         ),
         "M8[ns]" => with_tz(
-            primitive::<TimestampNanosecondType>(&view, nulls, nat),
-            &timestamp_tz,
+            primitive::<TimestampNanosecondType>(view, nulls, nat),
+            timestamp_tz,
             TimeUnit::Nanosecond,
         ),
         "M8[D]" => {
@@ -272,14 +360,14 @@ pub fn numpy_array(
                 .collect();
             Arc::new(Date32Array::new(ScalarBuffer::from(values), nulls))
         }
-        "m8[s]" => primitive::<DurationSecondType>(&view, nulls, nat),
-        "m8[ms]" => primitive::<DurationMillisecondType>(&view, nulls, nat),
-        "m8[us]" => primitive::<DurationMicrosecondType>(&view, nulls, nat),
-        "m8[ns]" => primitive::<DurationNanosecondType>(&view, nulls, nat),
+        "m8[s]" => primitive::<DurationSecondType>(view, nulls, nat),
+        "m8[ms]" => primitive::<DurationMillisecondType>(view, nulls, nat),
+        "m8[us]" => primitive::<DurationMicrosecondType>(view, nulls, nat),
+        "m8[ns]" => primitive::<DurationNanosecondType>(view, nulls, nat),
         other => {
-            return Err(conversion_error(format!(
+            return Err(format!(
                 "column \"{column}\": NumPy dtype \"{other}\" is not supported"
-            )))
+            ))
         }
     };
     Ok(array)

@@ -51,6 +51,8 @@ enum ColumnData {
         arrays: Vec<ArrayRef>,
         starts: Vec<usize>,
     },
+    /// A NumPy array of numbers, bools or datetimes, wrapped per morsel.
+    Numpy(arrays::NumpyColumn),
     /// A NumPy object array of `str` or `bytes`, decoded per morsel.
     Objects {
         address: usize,
@@ -67,12 +69,15 @@ struct Inner {
     columns: Vec<ColumnData>,
     num_rows: usize,
     morsels: Vec<(usize, usize)>,
-    _owner: PyOwner,
 }
 
-/// A Python object as a DataFusion table.
+/// A Python object as a DataFusion table. It holds the object's arrays, not the object.
+#[derive(Clone)]
 pub struct PythonTable {
     inner: Arc<Inner>,
+    /// Every column reads memory the object owns (or immutable Arrow data), none a conversion
+    /// made for this table: the table stays right while the object's arrays are the same.
+    pub live: bool,
 }
 
 impl fmt::Debug for PythonTable {
@@ -102,22 +107,24 @@ impl PythonTable {
         let tag: String = normalized.get_item(0)?.extract()?;
         let description: String = normalized.get_item(1)?.extract()?;
         match tag.as_str() {
-            "stream" => PythonTable::from_stream(object, description, &normalized.get_item(2)?),
+            "stream" => PythonTable::from_stream(description, &normalized.get_item(2)?),
             "columns" => {
                 let num_rows: usize = normalized.get_item(2)?.extract()?;
                 let specs = normalized.get_item(3)?;
                 let specs = specs.cast::<PyList>()?;
-                PythonTable::from_columns(py, object, description, num_rows, specs)
+                let live = match normalized.get_item(4) {
+                    Ok(live) => live.extract()?,
+                    Err(_) => false,
+                };
+                let mut table = PythonTable::from_columns(py, description, num_rows, specs)?;
+                table.live = live;
+                Ok(table)
             }
             other => Err(conversion_error(format!("unknown source kind {other}"))),
         }
     }
 
-    fn from_stream(
-        object: &Bound<'_, PyAny>,
-        description: String,
-        producer: &Bound<'_, PyAny>,
-    ) -> PyResult<PythonTable> {
+    fn from_stream(description: String, producer: &Bound<'_, PyAny>) -> PyResult<PythonTable> {
         let capsule = producer.call_method0("__arrow_c_stream__")?;
         let capsule = capsule.cast::<PyCapsule>()?;
         let pointer = capsule
@@ -183,14 +190,13 @@ impl PythonTable {
                 columns,
                 num_rows: rows,
                 morsels,
-                _owner: PyOwner::new(object),
             }),
+            live: true,
         })
     }
 
     fn from_columns(
         py: Python<'_>,
-        object: &Bound<'_, PyAny>,
         description: String,
         num_rows: usize,
         specs: &Bound<'_, PyList>,
@@ -227,8 +233,8 @@ impl PythonTable {
                 columns,
                 num_rows,
                 morsels,
-                _owner: PyOwner::new(object),
             }),
+            live: false,
         })
     }
 }
@@ -239,6 +245,7 @@ fn column_len(column: &ColumnData) -> usize {
             (Some(array), Some(start)) => start + array.len(),
             _ => 0,
         },
+        ColumnData::Numpy(column) => column.len(),
         ColumnData::Objects { len, .. } => *len,
     }
 }
@@ -266,9 +273,10 @@ fn column_from_spec(
             let mask = spec.get_item(3)?;
             let tz: Option<String> = spec.get_item(4)?.extract()?;
             let nan_as_null: bool = spec.get_item(5)?.extract()?;
-            let array =
-                arrays::numpy_array(name, &spec.get_item(2)?, Some(&mask), tz, nan_as_null)?;
-            Ok(single(array))
+            let column =
+                arrays::NumpyColumn::new(name, &spec.get_item(2)?, Some(&mask), tz, nan_as_null)?;
+            let data_type = exposed_type(column.data_type());
+            Ok((ColumnData::Numpy(column), data_type))
         }
         // ("objects", name, array, "str" | "bytes", [null sentinels])
         "objects" => {
@@ -338,6 +346,9 @@ fn column_from_spec(
                             .map_err(|e| conversion_error(format!("column \"{name}\": {e}")))?
                     }
                 },
+                ColumnData::Numpy(column) => {
+                    column.slice(0, column.len()).map_err(conversion_error)?
+                }
                 ColumnData::Objects {
                     address,
                     len,
@@ -420,6 +431,9 @@ impl Inner {
             let field = self.schema.field(index);
             let array = match &self.columns[index] {
                 ColumnData::Chunks { arrays, starts } => slice_chunks(arrays, starts, start, len)?,
+                ColumnData::Numpy(column) => column
+                    .slice(start, len)
+                    .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
                 ColumnData::Objects {
                     address,
                     kind,
