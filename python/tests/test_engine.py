@@ -122,3 +122,59 @@ def test_import_does_not_import_dataframe_libraries():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- filters evaluated inside the scan ----------------------------------------------------
+
+
+def _frame(rows: int = 250_000):
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 1000, rows)
+    b = pd.array(rng.integers(0, 10, rows), dtype="Int64")
+    b[::7] = pd.NA
+    s = pd.Series([f"s{i % 13}" for i in range(rows)], dtype="str")
+    o = pd.Series([f"o{i % 11}" if i % 5 else None for i in range(rows)], dtype=object)
+    return pd.DataFrame({"a": a, "b": b, "s": s, "o": o, "f": rng.random(rows)})
+
+
+def test_pushed_filters_match_pandas():
+    df = _frame()
+    plan = quiver.sql("EXPLAIN SELECT a FROM df WHERE b > 3").fetchall()
+    assert "PythonScan" in str(plan) and "filter=[" in str(plan)
+    expected = df[(df["b"] > 3).fillna(False)]
+    got = quiver.sql("SELECT a, o FROM df WHERE b > 3 ORDER BY a, o NULLS FIRST").df()
+    want = expected[["a", "o"]].sort_values(["a", "o"], na_position="first")
+    assert got["a"].tolist() == want["a"].tolist()
+    assert [None if v is None or v != v else v for v in got["o"]] == [
+        None if v is None else v for v in want["o"]
+    ]
+    # A filter on a column the query does not return, on strings of both kinds, with NULLs.
+    assert quiver.sql(
+        "SELECT count(*), sum(a) FROM df WHERE s = 's3' AND o IS NULL"
+    ).fetchone() == (
+        int(((df["s"] == "s3") & df["o"].isna()).sum()),
+        int(df.loc[(df["s"] == "s3") & df["o"].isna(), "a"].sum()),
+    )
+    # Nothing passes: an empty result with the table's columns.
+    empty = quiver.sql("SELECT * FROM df WHERE a > 5000").arrow()
+    assert empty.num_rows == 0 and empty.column_names == list(df.columns)
+    # Everything passes.
+    assert quiver.sql("SELECT count(*) FROM df WHERE a >= 0").fetchone() == (len(df),)
+
+
+def test_pushed_filter_with_limit_and_parameters():
+    df = _frame()
+    rows = quiver.sql("SELECT a FROM df WHERE a % 2 = 1 LIMIT 5").fetchall()
+    assert len(rows) == 5 and all(a % 2 == 1 for (a,) in rows)
+    n = quiver.sql("SELECT count(*) FROM df WHERE a < $top", params={"top": 100}).fetchone()
+    assert n == (int((df["a"] < 100).sum()),)
+    # A volatile filter is not pushed (it must run once per row).
+    plan = str(quiver.sql("EXPLAIN SELECT a FROM df WHERE random() < 2").fetchall())
+    assert "filter=[" not in plan
+    assert quiver.sql("SELECT count(*) FROM df WHERE random() < 2").fetchone() == (len(df),)
+
+
+def test_bad_objects_in_rows_a_filter_keeps_are_still_errors():
+    df = pd.DataFrame({"k": [1, 2, 3], "o": ["x", 5, "z"]})
+    with pytest.raises(quiver.ConversionError, match='column "o", row 1'):
+        quiver.sql("SELECT o FROM df WHERE k >= 2").fetchall()

@@ -14,18 +14,22 @@ pub mod strings;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, RecordBatchReader};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, RecordBatchReader,
+};
+use arrow::compute::{prep_null_mask_filter, FilterBuilder, FilterPredicate};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use async_trait::async_trait;
 use datafusion::catalog::{Session as CatalogSession, TableProvider};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::Statistics;
+use datafusion::common::{DFSchema, Statistics};
 use datafusion::datasource::TableType;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -222,10 +226,7 @@ impl PythonTable {
             fields.push(Field::new(&name, data_type, true));
             columns.push(column);
         }
-        let morsels = (0..num_rows)
-            .step_by(MORSEL_ROWS)
-            .map(|start| (start, MORSEL_ROWS.min(num_rows - start)))
-            .collect();
+        let morsels = morsels(num_rows, &columns);
         Ok(PythonTable {
             inner: Arc::new(Inner {
                 description,
@@ -237,6 +238,38 @@ impl PythonTable {
             live: false,
         })
     }
+}
+
+/// Morsels of up to [`MORSEL_ROWS`] rows that never cross a boundary between the chunks of an
+/// Arrow-backed column (a pandas column read from Parquet has one chunk per row group), so a
+/// morsel is a zero-copy slice of every column instead of a concatenation. Columns chunked
+/// differently from each other could cut the rows into slivers; then plain morsels it is.
+fn morsels(num_rows: usize, columns: &[ColumnData]) -> Vec<(usize, usize)> {
+    let mut boundaries: Vec<usize> = columns
+        .iter()
+        .filter_map(|column| match column {
+            ColumnData::Chunks { starts, .. } if starts.len() > 1 => Some(starts.iter().copied()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|&start| start > 0 && start < num_rows)
+        .collect();
+    boundaries.sort_unstable();
+    boundaries.dedup();
+    if boundaries.len() > 2 * num_rows.div_ceil(MORSEL_ROWS) + 16 {
+        boundaries.clear();
+    }
+    boundaries.push(num_rows);
+    let mut morsels = Vec::new();
+    let mut start = 0;
+    for end in boundaries {
+        while start < end {
+            let len = MORSEL_ROWS.min(end - start);
+            morsels.push((start, len));
+            start += len;
+        }
+    }
+    morsels
 }
 
 fn column_len(column: &ColumnData) -> usize {
@@ -418,6 +451,77 @@ fn decode_objects(
 }
 
 impl Inner {
+    /// Rows `start..start + len` of column `index`, as the table's schema types it.
+    fn column(&self, index: usize, start: usize, len: usize) -> DFResult<ArrayRef> {
+        let field = self.schema.field(index);
+        let array = match &self.columns[index] {
+            ColumnData::Chunks { arrays, starts } => slice_chunks(arrays, starts, start, len)?,
+            ColumnData::Numpy(column) => column
+                .slice(start, len)
+                .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
+            ColumnData::Objects {
+                address,
+                kind,
+                nulls,
+                ..
+            } => decode_objects(field.name(), *address, start, len, *kind, nulls)?,
+        };
+        exposed(array, field.data_type())
+    }
+
+    /// The rows of `start..start + len` that `mask` selects, of column `index`: only those rows
+    /// are cast or decoded.
+    fn selected(
+        &self,
+        index: usize,
+        start: usize,
+        len: usize,
+        mask: &BooleanArray,
+        predicate: &FilterPredicate,
+    ) -> DFResult<ArrayRef> {
+        let field = self.schema.field(index);
+        let array = match &self.columns[index] {
+            ColumnData::Chunks { arrays, starts } => {
+                predicate.filter(&slice_chunks(arrays, starts, start, len)?)?
+            }
+            ColumnData::Numpy(column) => predicate.filter(
+                &column
+                    .slice(start, len)
+                    .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
+            )?,
+            ColumnData::Objects {
+                address,
+                kind,
+                nulls,
+                ..
+            } => {
+                // SAFETY: as in decode_objects: the table holds the live object array, and the
+                // morsel is within its rows.
+                let objects = unsafe {
+                    std::slice::from_raw_parts((*address as *const usize).add(start), len)
+                };
+                let gathered: Vec<usize> = mask
+                    .values()
+                    .set_indices()
+                    .map(|row| objects[row])
+                    .collect();
+                match strings::decode(&gathered, start, *kind, nulls) {
+                    Ok(array) => array,
+                    // Decode the whole morsel to name the right row.
+                    Err(_) => predicate.filter(&decode_objects(
+                        field.name(),
+                        *address,
+                        start,
+                        len,
+                        *kind,
+                        nulls,
+                    )?)?,
+                }
+            }
+        };
+        exposed(array, field.data_type())
+    }
+
     /// The rows `start..start + len` of the projected columns.
     fn batch(
         &self,
@@ -426,34 +530,125 @@ impl Inner {
         start: usize,
         len: usize,
     ) -> DFResult<RecordBatch> {
-        let mut columns = Vec::with_capacity(projection.len());
-        for &index in projection {
-            let field = self.schema.field(index);
-            let array = match &self.columns[index] {
-                ColumnData::Chunks { arrays, starts } => slice_chunks(arrays, starts, start, len)?,
-                ColumnData::Numpy(column) => column
-                    .slice(start, len)
-                    .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
-                ColumnData::Objects {
-                    address,
-                    kind,
-                    nulls,
-                    ..
-                } => decode_objects(field.name(), *address, start, len, *kind, nulls)?,
-            };
-            let array = if array.data_type() == field.data_type() {
-                array
-            } else {
-                arrow::compute::cast(&array, field.data_type())?
-            };
-            columns.push(array);
-        }
+        let columns = projection
+            .iter()
+            .map(|&index| self.column(index, start, len))
+            .collect::<DFResult<Vec<_>>>()?;
         let options = RecordBatchOptions::new().with_row_count(Some(len));
         Ok(RecordBatch::try_new_with_options(
             Arc::clone(schema),
             columns,
             &options,
         )?)
+    }
+
+    /// The rows of `start..start + len` that pass `filter`, or None if no row does. The
+    /// filter's columns are read first; the other projected columns only for the rows that
+    /// passed (late materialisation: `SELECT * ... WHERE` decodes few strings).
+    fn filtered_batch(
+        &self,
+        projection: &[usize],
+        schema: &SchemaRef,
+        filter: &ScanFilter,
+        start: usize,
+        len: usize,
+    ) -> DFResult<Option<RecordBatch>> {
+        let inputs = filter
+            .columns
+            .iter()
+            .map(|&index| self.column(index, start, len))
+            .collect::<DFResult<Vec<_>>>()?;
+        let options = RecordBatchOptions::new().with_row_count(Some(len));
+        let input =
+            RecordBatch::try_new_with_options(Arc::clone(&filter.schema), inputs, &options)?;
+        let mask = filter.predicate.evaluate(&input)?.into_array(len)?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| {
+                DataFusionError::Internal("a pushed filter did not return booleans".into())
+            })?;
+        let mask = if mask.null_count() > 0 {
+            prep_null_mask_filter(mask)
+        } else {
+            mask.clone()
+        };
+        let selected = mask.true_count();
+        if selected == 0 {
+            return Ok(None);
+        }
+        let input_column = |index: usize| filter.columns.iter().position(|&c| c == index);
+        let mut columns = Vec::with_capacity(projection.len());
+        if selected == len {
+            for &index in projection {
+                columns.push(match input_column(index) {
+                    Some(position) => Arc::clone(input.column(position)),
+                    None => self.column(index, start, len)?,
+                });
+            }
+        } else {
+            let predicate = FilterBuilder::new(&mask).optimize().build();
+            for &index in projection {
+                columns.push(match input_column(index) {
+                    Some(position) => predicate.filter(input.column(position))?,
+                    None => self.selected(index, start, len, &mask, &predicate)?,
+                });
+            }
+        }
+        let options = RecordBatchOptions::new().with_row_count(Some(selected));
+        Ok(Some(RecordBatch::try_new_with_options(
+            Arc::clone(schema),
+            columns,
+            &options,
+        )?))
+    }
+}
+
+/// An array as the table exposes its type (string views for strings).
+fn exposed(array: ArrayRef, data_type: &DataType) -> DFResult<ArrayRef> {
+    if array.data_type() == data_type {
+        Ok(array)
+    } else {
+        Ok(arrow::compute::cast(&array, data_type)?)
+    }
+}
+
+/// Filters pushed into a scan, as one predicate over the columns it reads. The pushdown is
+/// `Exact`: no filter runs above the scan, so every pushed filter must be applied here.
+struct ScanFilter {
+    /// Table column indices the predicate reads, in `schema`'s order.
+    columns: Vec<usize>,
+    schema: SchemaRef,
+    predicate: Arc<dyn PhysicalExpr>,
+    display: String,
+}
+
+impl ScanFilter {
+    /// None when there is no filter; an error when one cannot be planned (it must not be
+    /// dropped: DataFusion counts on the scan to apply it).
+    fn new(
+        state: &dyn CatalogSession,
+        table: &Schema,
+        filters: &[Expr],
+    ) -> DFResult<Option<ScanFilter>> {
+        let Some(conjunction) = conjunction(filters.iter().cloned()) else {
+            return Ok(None);
+        };
+        let mut columns = Vec::new();
+        for column in conjunction.column_refs() {
+            columns.push(table.index_of(column.name())?);
+        }
+        columns.sort_unstable();
+        columns.dedup();
+        let schema = Arc::new(table.project(&columns)?);
+        let df_schema = DFSchema::try_from(Arc::clone(&schema))?;
+        let predicate = state.create_physical_expr(conjunction.clone(), &df_schema)?;
+        Ok(Some(ScanFilter {
+            columns,
+            schema,
+            predicate,
+            display: conjunction.to_string(),
+        }))
     }
 }
 
@@ -506,13 +701,33 @@ impl TableProvider for PythonTable {
         TableType::Temporary
     }
 
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        // Exact: the scan evaluates the filter with DataFusion's own physical expression (NULL
+        // counts as false, as in a WHERE), so no FilterExec is needed above it. Volatile filters
+        // (random()) stay above, where they run once per row as written.
+        Ok(filters
+            .iter()
+            .map(|filter| {
+                if filter.is_volatile() {
+                    TableProviderFilterPushDown::Unsupported
+                } else {
+                    TableProviderFilterPushDown::Exact
+                }
+            })
+            .collect())
+    }
+
     async fn scan(
         &self,
         state: &dyn CatalogSession,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let filter = ScanFilter::new(state, &self.inner.schema, filters)?.map(Arc::new);
         let projection: Vec<usize> = match projection {
             Some(projection) => projection.clone(),
             None => (0..self.inner.schema.fields().len()).collect(),
@@ -540,6 +755,7 @@ impl TableProvider for PythonTable {
             schema,
             partitions: assigned,
             limit,
+            filter,
             properties: Arc::new(properties),
         }))
     }
@@ -562,6 +778,7 @@ struct PythonScanExec {
     schema: SchemaRef,
     partitions: Vec<Vec<(usize, usize)>>,
     limit: Option<usize>,
+    filter: Option<Arc<ScanFilter>>,
     properties: Arc<PlanProperties>,
 }
 
@@ -588,6 +805,9 @@ impl DisplayAs for PythonScanExec {
             self.partitions.len(),
             columns.join(", ")
         )?;
+        if let Some(filter) = &self.filter {
+            write!(f, ", filter=[{}]", filter.display)?;
+        }
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;
         }
@@ -634,15 +854,33 @@ impl ExecutionPlan for PythonScanExec {
         let projection = self.projection.clone();
         let schema = Arc::clone(&self.schema);
         let batch_schema = Arc::clone(&schema);
+        let filter = self.filter.clone();
         let mut remaining = self.limit.unwrap_or(usize::MAX);
-        let batches = futures::stream::iter(morsels.into_iter().map_while(move |(start, len)| {
-            if remaining == 0 {
-                return None;
+        let mut morsels = morsels.into_iter();
+        let batches = std::iter::from_fn(move || {
+            while remaining > 0 {
+                let (start, len) = morsels.next()?;
+                let Some(filter) = &filter else {
+                    let len = len.min(remaining);
+                    remaining -= len;
+                    return Some(inner.batch(&projection, &batch_schema, start, len));
+                };
+                match inner.filtered_batch(&projection, &batch_schema, filter, start, len) {
+                    Ok(None) => continue,
+                    Ok(Some(batch)) => {
+                        let rows = batch.num_rows().min(remaining);
+                        remaining -= rows;
+                        return Some(Ok(batch.slice(0, rows)));
+                    }
+                    Err(error) => {
+                        remaining = 0;
+                        return Some(Err(error));
+                    }
+                }
             }
-            let len = len.min(remaining);
-            remaining -= len;
-            Some(inner.batch(&projection, &batch_schema, start, len))
-        }));
+            None
+        });
+        let batches = futures::stream::iter(batches);
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
     }
 
@@ -658,7 +896,10 @@ impl ExecutionPlan for PythonScanExec {
             None => self.partitions.iter().map(partition_rows).sum(),
         };
         let mut statistics = Statistics::new_unknown(&self.schema);
-        statistics.num_rows = Precision::Exact(rows);
+        statistics.num_rows = match self.filter {
+            None => Precision::Exact(rows),
+            Some(_) => Precision::Inexact(rows), // an upper bound
+        };
         Ok(Arc::new(statistics))
     }
 
@@ -677,6 +918,7 @@ impl ExecutionPlan for PythonScanExec {
             schema: Arc::clone(&self.schema),
             partitions: self.partitions.clone(),
             limit,
+            filter: self.filter.clone(),
             properties: Arc::clone(&self.properties),
         }))
     }
