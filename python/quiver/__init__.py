@@ -55,6 +55,7 @@ __all__ = [
     "connect",
     "query",
     "register",
+    "set_progress_bar",
     "sql",
     "unregister",
 ]
@@ -164,6 +165,14 @@ def sql(query: str, params: Any = None) -> Result:
 def query(query: str, output_format: str = "CSV", params: Any = None) -> Any:
     """chDB's ``query``: the result in ``output_format`` (see :meth:`Connection.query`)."""
     return _default_connection().query(query, output_format, params, _depth=2)
+
+
+def set_progress_bar(enabled: bool) -> None:
+    """Show (the default) or hide the progress of queries running longer than a second: a
+    live line in Jupyter, a status line on a terminal's stderr."""
+    from quiver._progress import set_progress_bar as _set
+
+    _set(enabled)
 
 
 def register(name: str, obj: Any) -> None:

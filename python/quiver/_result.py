@@ -50,9 +50,14 @@ class Result:
     __slots__ = ("_handle", "_position", "_table")
 
     def __init__(self, handle: Any) -> None:
+        from quiver._progress import reporter
+
         self._handle = handle
         self._table = None
         self._position = 0
+        report = reporter()
+        if report is not None:
+            handle.watch(report)
 
     # --- shape ---------------------------------------------------------------------------
     @property

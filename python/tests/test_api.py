@@ -1,6 +1,7 @@
 """The user-facing API: lookup by name, results in every shape, parameters, formats."""
 
 import json
+import sys
 
 import numpy as np
 import pandas as pd
@@ -184,3 +185,45 @@ def test_capsule_protocol_without_pyarrow_objects():
 
     producer = Producer(pa.table({"x": [1, 2, 3]}))
     assert quiver.sql("SELECT sum(x) FROM producer").fetchone() == (6,)
+
+
+def test_progress_is_reported_for_long_queries_and_cleared_at_the_end():
+    from quiver import _progress
+
+    calls = []
+    conn = quiver.connect()
+    n = 100_000_000
+    result = conn.sql(f"SELECT CAST(sum(number % 7) AS BIGINT) FROM numbers_mt({n})")
+    result._handle.watch(lambda *args: calls.append(args), 0.0)
+    assert result.fetchone() == (n // 7 * 21 + sum(range(n % 7)),)
+    assert calls, "a query running past the threshold reports its progress"
+    assert calls[-1][3] is True and all(call[3] is False for call in calls[:-1])
+    rows = [call[0] for call in calls]
+    assert rows == sorted(rows)
+    assert "rows" in _progress.describe(1234567, 10**9, 2.0)
+    # Not a terminal, not a notebook: nothing is shown; and it can be switched off.
+    assert _progress.reporter() is None
+    quiver.set_progress_bar(False)
+    try:
+        assert _progress.reporter() is None
+    finally:
+        quiver.set_progress_bar(True)
+
+
+def test_terminal_progress_line(monkeypatch):
+    import io
+
+    from quiver import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    line = _progress.reporter()
+    assert line is not None
+    line(5_000_000, 40_000_000, 2.0, False)
+    assert "Progress: 5,000,000 rows, 40.0 MB read" in terminal.getvalue()
+    line(5_000_000, 40_000_000, 2.5, True)
+    assert terminal.getvalue().endswith("\r\x1b[K")

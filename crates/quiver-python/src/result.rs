@@ -4,6 +4,7 @@
 
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -33,6 +34,8 @@ pub struct ResultHandle {
     format: Option<OutputFormat>,
     state: Mutex<State>,
     stats: Mutex<Option<QueryStats>>,
+    /// `(callback, seconds)` from [`ResultHandle::watch`].
+    watcher: Mutex<Option<(Py<PyAny>, f64)>>,
 }
 
 impl std::fmt::Debug for ResultHandle {
@@ -52,6 +55,7 @@ impl ResultHandle {
             format: result.format(),
             state: Mutex::new(State::Running(result)),
             stats: Mutex::new(None),
+            watcher: Mutex::new(None),
         }
     }
 
@@ -78,9 +82,21 @@ impl ResultHandle {
                 State::Running(result) => result,
             }
         };
-        let (batches, stats) = runtime::wait(py, async move {
-            running.collect_with_stats().await.map_err(to_py)
-        })?;
+        let reporter = self
+            .watcher
+            .lock()
+            .ok()
+            .and_then(|watcher| watcher.as_ref().map(|(c, s)| (c.clone_ref(py), *s)))
+            .map(|(callback, after)| runtime::Reporter {
+                progress: running.progress(),
+                callback,
+                after: Duration::from_secs_f64(after.max(0.0)),
+            });
+        let (batches, stats) = runtime::wait_reporting(
+            py,
+            async move { running.collect_with_stats().await.map_err(to_py) },
+            reporter.as_ref(),
+        )?;
         if let Ok(mut slot) = self.stats.lock() {
             *slot = Some(stats);
         }
@@ -131,6 +147,18 @@ impl ResultHandle {
     #[getter]
     fn requested_format(&self) -> Option<&'static str> {
         self.format.map(|f| f.name())
+    }
+
+    /// Calls `callback(rows_read, bytes_read, seconds, done)` while the query runs to its end,
+    /// once it has run `after` seconds (and once more with `done=True` when it finishes).
+    #[pyo3(signature = (callback, after=1.0))]
+    fn watch(&self, callback: Py<PyAny>, after: f64) -> PyResult<()> {
+        let mut watcher = self
+            .watcher
+            .lock()
+            .map_err(|_| internal_error("poisoned progress watcher".into()))?;
+        *watcher = Some((callback, after));
+        Ok(())
     }
 
     /// Runs the query to the end; returns the row count.
@@ -335,6 +363,7 @@ impl ResultHandle {
             format,
             state: Mutex::new(State::Done(Vec::new())),
             stats: Mutex::new(None),
+            watcher: Mutex::new(None),
         }
     }
 }

@@ -37,18 +37,64 @@ where
     F: Future<Output = PyResult<T>> + Send,
     T: Send,
 {
+    wait_reporting(py, future, None)
+}
+
+/// Someone to tell how a running query is doing: `callback(rows_read, bytes_read, seconds,
+/// done)` is called every poll once the query has run for `after`, and once with `done=True`
+/// at the end if it was called before (a notebook's progress bar, a terminal's status line).
+pub struct Reporter {
+    pub progress: quiver_core::Progress,
+    pub callback: Py<PyAny>,
+    pub after: Duration,
+}
+
+impl Reporter {
+    fn report(&self, py: Python<'_>, done: bool) {
+        let progress = &self.progress;
+        let arguments = (
+            progress.rows_read(),
+            progress.bytes_read(),
+            progress.elapsed().as_secs_f64(),
+            done,
+        );
+        // A failing display must not fail the query.
+        let _ = self.callback.call1(py, arguments);
+    }
+}
+
+/// [`wait`], telling `reporter` about the query's progress.
+pub fn wait_reporting<F, T>(py: Python<'_>, future: F, reporter: Option<&Reporter>) -> PyResult<T>
+where
+    F: Future<Output = PyResult<T>> + Send,
+    T: Send,
+{
     let runtime = runtime()?;
-    py.detach(|| {
+    let mut reported = false;
+    let output = py.detach(|| {
         runtime.block_on(async {
             tokio::pin!(future);
             loop {
                 tokio::select! {
                     output = &mut future => return output,
                     _ = tokio::time::sleep(SIGNAL_POLL) => {
-                        Python::attach(|py| py.check_signals())?;
+                        Python::attach(|py| {
+                            py.check_signals()?;
+                            if let Some(reporter) = reporter {
+                                if reporter.progress.elapsed() >= reporter.after {
+                                    reporter.report(py, false);
+                                    reported = true;
+                                }
+                            }
+                            Ok::<_, PyErr>(())
+                        })?;
                     }
                 }
             }
         })
-    })
+    });
+    if let (true, Some(reporter)) = (reported, reporter) {
+        reporter.report(py, true);
+    }
+    output
 }
