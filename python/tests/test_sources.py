@@ -334,3 +334,28 @@ def test_numpy_arrays_and_arrow_tables_are_reused_safely():
     tbl = pa.table({"x": [1, 2, 3]})
     assert _sources.table(tbl) is _sources.table(tbl)
     assert quiver.sql("SELECT sum(x) FROM tbl").fetchone() == (6,)
+
+
+@pytest.mark.parametrize("sizes", [[70_000, 130_000, 5, 99_995], [100] * 3000])
+def test_chunked_arrow_strings_across_morsels_and_queries(sizes):
+    # Morsels follow chunk boundaries when there are few; with thousands of tiny chunks they
+    # cross them. Strings converted by one query are reused by the next, filtered or not.
+    values = [f"v{i % 977}" if i % 13 else None for i in range(sum(sizes))]
+    chunks, start = [], 0
+    for size in sizes:
+        chunks.append(pa.array(values[start : start + size], pa.large_string()))
+        start += size
+    df = pd.DataFrame({"s": pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array(chunks)))})
+    df["n"] = np.arange(len(df))
+    expected = df[df["s"].str.endswith("7", na=False)]
+    first = "SELECT count(*), sum(n), max(s) FROM df WHERE s LIKE '%7'"
+    want = (len(expected), int(expected["n"].sum()), expected["s"].max())
+    assert quiver.sql(first).fetchone() == want
+    assert quiver.sql("SELECT count(s), min(s), max(s) FROM df").fetchone() == (
+        int(df["s"].notna().sum()),
+        df["s"].min(),
+        df["s"].max(),
+    )
+    assert quiver.sql(first).fetchone() == want
+    rows = quiver.sql("SELECT n, s FROM df WHERE n % 1000 = 999 ORDER BY n").fetchall()
+    assert rows == [(n, values[n]) for n in range(999, len(df), 1000)]

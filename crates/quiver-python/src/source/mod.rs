@@ -12,7 +12,7 @@ pub mod arrays;
 pub mod strings;
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::{
     Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, RecordBatchReader,
@@ -73,6 +73,27 @@ struct Inner {
     columns: Vec<ColumnData>,
     num_rows: usize,
     morsels: Vec<(usize, usize)>,
+    /// Per column, per chunk: the chunk converted to the exposed type (LargeUtf8 → Utf8View),
+    /// made on first use and kept with the table — 16 bytes a row, the string data itself is
+    /// shared — so a reused table does not convert again at every query. Empty for columns
+    /// that need no conversion.
+    converted: Vec<Vec<OnceLock<ArrayRef>>>,
+}
+
+/// [`Inner::converted`] for `columns` as `schema` exposes them.
+fn conversion_slots(schema: &Schema, columns: &[ColumnData]) -> Vec<Vec<OnceLock<ArrayRef>>> {
+    columns
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| match column {
+            ColumnData::Chunks { arrays, .. }
+                if arrays.iter().any(|a| a.data_type() != field.data_type()) =>
+            {
+                arrays.iter().map(|_| OnceLock::new()).collect()
+            }
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 /// A Python object as a DataFusion table. It holds the object's arrays, not the object.
@@ -184,16 +205,16 @@ impl PythonTable {
                 offset += len;
             }
         }
+        let schema = Schema::new_with_metadata(fields, stream_schema.metadata().clone());
+        let converted = conversion_slots(&schema, &columns);
         Ok(PythonTable {
             inner: Arc::new(Inner {
                 description,
-                schema: Arc::new(Schema::new_with_metadata(
-                    fields,
-                    stream_schema.metadata().clone(),
-                )),
+                schema: Arc::new(schema),
                 columns,
                 num_rows: rows,
                 morsels,
+                converted,
             }),
             live: true,
         })
@@ -227,13 +248,16 @@ impl PythonTable {
             columns.push(column);
         }
         let morsels = morsels(num_rows, &columns);
+        let schema = Schema::new(fields);
+        let converted = conversion_slots(&schema, &columns);
         Ok(PythonTable {
             inner: Arc::new(Inner {
                 description,
-                schema: Arc::new(Schema::new(fields)),
+                schema: Arc::new(schema),
                 columns,
                 num_rows,
                 morsels,
+                converted,
             }),
             live: false,
         })
@@ -455,7 +479,21 @@ impl Inner {
     fn column(&self, index: usize, start: usize, len: usize) -> DFResult<ArrayRef> {
         let field = self.schema.field(index);
         let array = match &self.columns[index] {
-            ColumnData::Chunks { arrays, starts } => slice_chunks(arrays, starts, start, len)?,
+            ColumnData::Chunks { arrays, starts } => {
+                let slots = &self.converted[index];
+                if slots.is_empty() {
+                    slice_chunks(starts, start, len, |i| Ok(Arc::clone(&arrays[i])))?
+                } else {
+                    slice_chunks(starts, start, len, |i| {
+                        if let Some(done) = slots[i].get() {
+                            return Ok(Arc::clone(done));
+                        }
+                        let converted = exposed(Arc::clone(&arrays[i]), field.data_type())?;
+                        // Another partition may have won the race; either result is the same.
+                        Ok(Arc::clone(slots[i].get_or_init(|| converted)))
+                    })?
+                }
+            }
             ColumnData::Numpy(column) => column
                 .slice(start, len)
                 .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
@@ -482,7 +520,17 @@ impl Inner {
         let field = self.schema.field(index);
         let array = match &self.columns[index] {
             ColumnData::Chunks { arrays, starts } => {
-                predicate.filter(&slice_chunks(arrays, starts, start, len)?)?
+                let slots = &self.converted[index];
+                // Chunks converted by an earlier query are used as they are; otherwise only the
+                // selected rows are converted (by `exposed` below). All or none: a morsel
+                // crossing chunks must not mix types.
+                let converted = !slots.is_empty() && slots.iter().all(|slot| slot.get().is_some());
+                predicate.filter(&slice_chunks(starts, start, len, |i| {
+                    Ok(match slots.get(i).and_then(|slot| slot.get()) {
+                        Some(done) if converted => Arc::clone(done),
+                        _ => Arc::clone(&arrays[i]),
+                    })
+                })?)?
             }
             ColumnData::Numpy(column) => predicate.filter(
                 &column
@@ -652,13 +700,14 @@ impl ScanFilter {
     }
 }
 
-/// Rows `start..start + len` of a chunked column: a zero-copy slice within one chunk, a
-/// concatenation only where the range crosses chunks.
+/// Rows `start..start + len` of a chunked column (`chunk(i)` is its i-th chunk, `starts[i]` that
+/// chunk's first row): a zero-copy slice within one chunk, a concatenation only where the range
+/// crosses chunks.
 fn slice_chunks(
-    arrays: &[ArrayRef],
     starts: &[usize],
     start: usize,
     len: usize,
+    chunk: impl Fn(usize) -> DFResult<ArrayRef>,
 ) -> DFResult<ArrayRef> {
     let first = match starts.binary_search(&start) {
         Ok(index) => index,
@@ -667,10 +716,11 @@ fn slice_chunks(
     let mut pieces: Vec<ArrayRef> = Vec::new();
     let mut row = start;
     let end = start + len;
-    for (array, &chunk_start) in arrays.iter().zip(starts).skip(first) {
+    for (index, &chunk_start) in starts.iter().enumerate().skip(first) {
         if row >= end {
             break;
         }
+        let array = chunk(index)?;
         let chunk_end = chunk_start + array.len();
         if chunk_end <= row {
             continue;
