@@ -359,3 +359,24 @@ def test_chunked_arrow_strings_across_morsels_and_queries(sizes):
     assert quiver.sql(first).fetchone() == want
     rows = quiver.sql("SELECT n, s FROM df WHERE n % 1000 = 999 ORDER BY n").fetchall()
     assert rows == [(n, values[n]) for n in range(999, len(df), 1000)]
+
+
+def test_object_strings_decoded_once_still_see_assignments():
+    # Decoded strings are kept while the column holds the same objects; the kept copy holds
+    # each object, so freeing one and storing a new string at the same address cannot fool it.
+    n = 300_000
+    o = pd.Series([f"value {i}" for i in range(n)], dtype=object)
+    df = pd.DataFrame({"o": o})
+    query = "SELECT count(*) FROM df WHERE o = 'changed'"
+    assert quiver.sql(query).fetchone() == (0,)
+    assert quiver.sql("SELECT max(o) FROM df").fetchone() == ("value 99999",)
+    df.loc[5, "o"] = None
+    df.loc[5, "o"] = "changed"  # likely the freed object's address
+    df.loc[250_000, "o"] = "changed"
+    assert quiver.sql(query).fetchone() == (2,)
+    assert quiver.sql("SELECT count(o) FROM df").fetchone() == (n,)
+    df.loc[7, "o"] = None
+    assert quiver.sql("SELECT count(o) FROM df").fetchone() == (n - 1,)
+    df.loc[8, "o"] = 42
+    with pytest.raises(quiver.ConversionError, match='column "o", row 8'):
+        quiver.sql("SELECT max(o) FROM df").fetchall()

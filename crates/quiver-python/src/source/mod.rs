@@ -78,6 +78,45 @@ struct Inner {
     /// shared — so a reused table does not convert again at every query. Empty for columns
     /// that need no conversion.
     converted: Vec<Vec<OnceLock<ArrayRef>>>,
+    /// The table may serve several queries (its columns read the object's own memory).
+    reuse: bool,
+    /// Per object column of a reusable table: its decoded strings, taken on first use.
+    snapshots: Vec<OnceLock<Option<ObjectSnapshot>>>,
+}
+
+/// The strings of an object column, decoded once and reused while the column holds the same
+/// objects. Python `str`/`bytes` are immutable, so the same objects mean the same strings; the
+/// snapshot holds a reference to each object, so none of them can be freed and its address
+/// taken by another object while the snapshot lives — equal pointers are the same objects.
+/// A morsel whose pointers changed (a value assigned in place) is decoded afresh.
+struct ObjectSnapshot {
+    pointers: Vec<usize>,
+    _references: PyOwner,
+    /// Decoded morsels, by morsel index.
+    decoded: Vec<OnceLock<ArrayRef>>,
+}
+
+impl ObjectSnapshot {
+    /// Takes the GIL (scans run while the calling Python thread waits with it released).
+    fn take(address: usize, len: usize, morsels: usize) -> Option<ObjectSnapshot> {
+        Python::attach(|py| {
+            // SAFETY: `address` is the data of the live object array of `len` elements the
+            // table holds; with the GIL held no one changes it while it is copied.
+            let pointers =
+                unsafe { std::slice::from_raw_parts(address as *const usize, len) }.to_vec();
+            let objects = pointers.iter().map(|&pointer| {
+                // SAFETY: each element of an object array is a valid object reference;
+                // from_borrowed_ptr takes a new reference to it for the list.
+                unsafe { Bound::from_borrowed_ptr(py, pointer as *mut pyo3::ffi::PyObject) }
+            });
+            let list = PyList::new(py, objects).ok()?;
+            Some(ObjectSnapshot {
+                pointers,
+                _references: PyOwner::new(list.as_any()),
+                decoded: (0..morsels).map(|_| OnceLock::new()).collect(),
+            })
+        })
+    }
 }
 
 /// [`Inner::converted`] for `columns` as `schema` exposes them.
@@ -141,9 +180,7 @@ impl PythonTable {
                     Ok(live) => live.extract()?,
                     Err(_) => false,
                 };
-                let mut table = PythonTable::from_columns(py, description, num_rows, specs)?;
-                table.live = live;
-                Ok(table)
+                PythonTable::from_columns(py, description, num_rows, specs, live)
             }
             other => Err(conversion_error(format!("unknown source kind {other}"))),
         }
@@ -215,6 +252,8 @@ impl PythonTable {
                 num_rows: rows,
                 morsels,
                 converted,
+                reuse: false,
+                snapshots: Vec::new(),
             }),
             live: true,
         })
@@ -225,6 +264,7 @@ impl PythonTable {
         description: String,
         num_rows: usize,
         specs: &Bound<'_, PyList>,
+        live: bool,
     ) -> PyResult<PythonTable> {
         let mut fields = Vec::with_capacity(specs.len());
         let mut columns = Vec::with_capacity(specs.len());
@@ -250,6 +290,7 @@ impl PythonTable {
         let morsels = morsels(num_rows, &columns);
         let schema = Schema::new(fields);
         let converted = conversion_slots(&schema, &columns);
+        let snapshots = columns.iter().map(|_| OnceLock::new()).collect();
         Ok(PythonTable {
             inner: Arc::new(Inner {
                 description,
@@ -258,8 +299,10 @@ impl PythonTable {
                 num_rows,
                 morsels,
                 converted,
+                reuse: live,
+                snapshots,
             }),
-            live: false,
+            live,
         })
     }
 }
@@ -455,23 +498,25 @@ fn decode_objects(
     // SAFETY: `address` is the data of a live object array of at least `start + len` elements
     // (the table holds the array; morsels never exceed the row count).
     let objects = unsafe { std::slice::from_raw_parts((address as *const usize).add(start), len) };
-    strings::decode(objects, start, kind, nulls).map_err(|error| {
-        let message = match error {
-            strings::DecodeError::WrongType { row, type_name } => {
-                let expected = match kind {
-                    ObjectKind::Str => "str",
-                    ObjectKind::Bytes => "bytes",
-                };
-                format!(
-                    "column \"{column}\", row {row}: expected {expected} (or None), got a Python {type_name}"
-                )
-            }
-            strings::DecodeError::Surrogate { row } => format!(
-                "column \"{column}\", row {row}: the string holds a lone surrogate, which has no UTF-8 form"
-            ),
-        };
-        QuiverError::Conversion(message).into_datafusion()
-    })
+    strings::decode(objects, start, kind, nulls).map_err(|error| objects_error(column, kind, error))
+}
+
+fn objects_error(column: &str, kind: ObjectKind, error: strings::DecodeError) -> DataFusionError {
+    let message = match error {
+        strings::DecodeError::WrongType { row, type_name } => {
+            let expected = match kind {
+                ObjectKind::Str => "str",
+                ObjectKind::Bytes => "bytes",
+            };
+            format!(
+                "column \"{column}\", row {row}: expected {expected} (or None), got a Python {type_name}"
+            )
+        }
+        strings::DecodeError::Surrogate { row } => format!(
+            "column \"{column}\", row {row}: the string holds a lone surrogate, which has no UTF-8 form"
+        ),
+    };
+    QuiverError::Conversion(message).into_datafusion()
 }
 
 impl Inner {
@@ -499,12 +544,49 @@ impl Inner {
                 .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
             ColumnData::Objects {
                 address,
+                len: rows,
                 kind,
                 nulls,
                 ..
-            } => decode_objects(field.name(), *address, start, len, *kind, nulls)?,
+            } => match self.snapshot_morsel(index, *address, *rows, start, len) {
+                Some((snapshot, morsel)) => match snapshot.decoded[morsel].get() {
+                    Some(done) => Arc::clone(done),
+                    None => {
+                        let objects = &snapshot.pointers[start..start + len];
+                        let array = strings::decode(objects, start, *kind, nulls)
+                            .map_err(|e| objects_error(field.name(), *kind, e))?;
+                        Arc::clone(snapshot.decoded[morsel].get_or_init(|| array))
+                    }
+                },
+                None => decode_objects(field.name(), *address, start, len, *kind, nulls)?,
+            },
         };
         exposed(array, field.data_type())
+    }
+
+    /// For a whole morsel of object column `index` of a reusable table: the column's snapshot
+    /// (taken now if this is the first scan) and the morsel's index in it, if the morsel's
+    /// objects are still the snapshot's.
+    fn snapshot_morsel(
+        &self,
+        index: usize,
+        address: usize,
+        rows: usize,
+        start: usize,
+        len: usize,
+    ) -> Option<(&ObjectSnapshot, usize)> {
+        if !self.reuse {
+            return None;
+        }
+        let morsel = self.morsels.binary_search(&(start, len)).ok()?;
+        let snapshot = self
+            .snapshots
+            .get(index)?
+            .get_or_init(|| ObjectSnapshot::take(address, rows, self.morsels.len()));
+        let snapshot = snapshot.as_ref()?;
+        // SAFETY: the table holds the live object array; the morsel is within its rows.
+        let now = unsafe { std::slice::from_raw_parts((address as *const usize).add(start), len) };
+        (now == &snapshot.pointers[start..start + len]).then_some((snapshot, morsel))
     }
 
     /// The rows of `start..start + len` that `mask` selects, of column `index`: only those rows
@@ -537,6 +619,18 @@ impl Inner {
                     .slice(start, len)
                     .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
             )?,
+            ColumnData::Objects {
+                address,
+                len: rows,
+                kind,
+                nulls,
+                ..
+            } if self
+                .snapshot_morsel(index, *address, *rows, start, len)
+                .is_some_and(|(snapshot, morsel)| snapshot.decoded[morsel].get().is_some()) =>
+            {
+                predicate.filter(&self.column(index, start, len)?)?
+            }
             ColumnData::Objects {
                 address,
                 kind,
