@@ -82,6 +82,8 @@ def table(obj: Any):
     change without a visible trace (polars frames, datasets) are converted at every query."""
     from quiver import _quiver
 
+    if _kind(obj) == ("pyarrow", "RecordBatchReader"):
+        return _read_once(obj)
     fingerprint = _fingerprint(obj)
     key = id(obj)
     if fingerprint is not None:
@@ -99,6 +101,23 @@ def table(obj: Any):
         _cache.pop(next(iter(_cache)))
     _cache[key] = (ref, fingerprint, built)
     return built
+
+
+_consumed: weakref.WeakSet = weakref.WeakSet()
+
+
+def _read_once(reader: Any):
+    """A RecordBatchReader yields its rows once: a second query over it would see an empty
+    table, a silently wrong answer, so it is an error instead (as reading it twice in pyarrow)."""
+    from quiver import _quiver
+
+    if reader in _consumed:
+        raise InvalidInputError(
+            "this RecordBatchReader was already read by an earlier query and is now empty; "
+            "make a new reader, or query a pyarrow Table (reader.read_all()) to read it again"
+        )
+    _consumed.add(reader)
+    return _quiver.Table(reader)
 
 
 def _forget(key: int):

@@ -380,3 +380,11 @@ def test_object_strings_decoded_once_still_see_assignments():
     df.loc[8, "o"] = 42
     with pytest.raises(quiver.ConversionError, match='column "o", row 8'):
         quiver.sql("SELECT max(o) FROM df").fetchall()
+
+
+def test_a_record_batch_reader_is_read_once_then_refused():
+    t = pa.table({"a": [1, 2, 3]})
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches())
+    assert quiver.sql("SELECT sum(a) FROM reader").fetchone() == (6,)
+    with pytest.raises(quiver.InvalidInputError, match="already read"):
+        quiver.sql("SELECT sum(a) FROM reader").fetchall()
