@@ -177,7 +177,7 @@ def normalize(obj: Any):
     if module == "polars" and name == "LazyFrame":
         return ("stream", description, obj.collect())
     if module == "pyarrow" and name.endswith("Dataset"):
-        return ("stream", description, obj.scanner().to_reader())
+        return ("dataset", description, obj)
     if module == "numpy" and name == "ndarray":
         return _numpy_array(obj, description)
     if isinstance(obj, dict):
@@ -189,6 +189,25 @@ def normalize(obj: Any):
         "Table/RecordBatch/Dataset, a NumPy array, a dict of columns, or an object with "
         "__arrow_c_stream__"
     )
+
+
+# --- pyarrow datasets, read lazily by the engine ------------------------------------------------
+
+
+def dataset_fragments(dataset: Any) -> int:
+    return sum(1 for _ in dataset.get_fragments())
+
+
+def dataset_readers(dataset: Any, columns: list, partitions: int, partition: int) -> list:
+    """Readers of the fragments of partition ``partition`` of ``partitions``, with only
+    ``columns``; opened here, read by the engine without the GIL."""
+    import pyarrow.dataset as pds
+
+    fragments = list(dataset.get_fragments())[partition::partitions]
+    return [
+        pds.Scanner.from_fragment(f, schema=dataset.schema, columns=columns).to_reader()
+        for f in fragments
+    ]
 
 
 # --- pandas -------------------------------------------------------------------------------

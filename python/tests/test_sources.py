@@ -388,3 +388,34 @@ def test_a_record_batch_reader_is_read_once_then_refused():
     assert quiver.sql("SELECT sum(a) FROM reader").fetchone() == (6,)
     with pytest.raises(quiver.InvalidInputError, match="already read"):
         quiver.sql("SELECT sum(a) FROM reader").fetchall()
+
+
+def test_a_parquet_dataset_is_read_lazily_by_fragment(tmp_path):
+    import pyarrow.dataset as pds
+    import pyarrow.parquet as pq
+
+    for part in range(5):
+        start = part * 1000
+        pq.write_table(
+            pa.table(
+                {
+                    "k": pa.array(range(start, start + 1000), pa.int64()),
+                    "s": pa.array([f"p{part}"] * 1000, pa.large_string()),
+                    "big": pa.array([b"x" * 100] * 1000),
+                }
+            ),
+            tmp_path / f"part{part}.parquet",
+        )
+    dataset = pds.dataset(tmp_path, format="parquet")
+    plan = str(quiver.sql("EXPLAIN SELECT sum(k) FROM dataset").fetchall())
+    assert "PythonDatasetScan" in plan and "projection=[k]" in plan
+    assert quiver.sql("SELECT sum(k), count(*) FROM dataset").fetchone() == (sum(range(5000)), 5000)
+    assert quiver.sql("SELECT count(*) FROM dataset").fetchone() == (5000,)
+    rows = quiver.sql("SELECT s, count(*) FROM dataset WHERE k % 2 = 0 GROUP BY s ORDER BY s")
+    assert rows.fetchall() == [(f"p{i}", 500) for i in range(5)]
+    # Read again at every query: a dataset is not consumed.
+    assert quiver.sql("SELECT max(k) FROM dataset").fetchone() == (4999,)
+    # Empty datasets and datasets of in-memory tables work too.
+    assert quiver.sql("SELECT count(*) FROM dataset WHERE k < 0").fetchone() == (0,)
+    memory = pds.dataset(pa.table({"a": [1, 2, 3]}))
+    assert quiver.sql("SELECT sum(a) FROM memory").fetchone() == (6,)

@@ -24,7 +24,6 @@ use quiver_core::{ExecuteOptions, ExternalTables, QuiverError, Session, SessionO
 
 use crate::errors::{invalid_input, to_py};
 use crate::result::ResultHandle;
-use crate::source::PythonTable;
 
 /// A quiver session (`quiver.connect()` wraps it).
 #[pyclass(module = "quiver._quiver", frozen)]
@@ -64,12 +63,14 @@ impl ExternalTables for PyResolver {
                 return Ok(None);
             }
             let table = match object.cast_bound::<Table>(py) {
-                Ok(table) => table.get().table.clone(),
+                Ok(table) => Arc::clone(&table.get().table),
                 Err(_) => {
-                    PythonTable::from_python(py, object.bind(py)).map_err(|e| self.keep(e))?
+                    source::table_from_python(py, object.bind(py))
+                        .map_err(|e| self.keep(e))?
+                        .0
                 }
             };
-            Ok(Some(Arc::new(table) as Arc<dyn TableProvider>))
+            Ok(Some(table))
         })
     }
 
@@ -167,11 +168,11 @@ impl Connection {
     /// Makes `object` (a DataFrame, Arrow table, NumPy array, ...) queryable as `name` until
     /// unregistered; replaces an earlier registration of that name.
     fn register(&self, py: Python<'_>, name: &str, object: Bound<'_, PyAny>) -> PyResult<()> {
-        let table = PythonTable::from_python(py, &object)?;
+        let (table, _) = source::table_from_python(py, &object)?;
         let ctx = self.session.context();
         let reference = TableReference::bare(name);
         let _ = ctx.deregister_table(reference.clone());
-        ctx.register_table(reference, Arc::new(table))
+        ctx.register_table(reference, table)
             .map_err(|e| to_py(QuiverError::from(e)))?;
         Ok(())
     }
@@ -203,29 +204,29 @@ impl Connection {
 /// A Python object made into a table once, for `quiver._sources.table` to reuse across queries.
 #[pyclass(module = "quiver._quiver", frozen)]
 struct Table {
-    table: PythonTable,
+    table: Arc<dyn TableProvider>,
+    reusable: bool,
 }
 
 #[pymethods]
 impl Table {
     #[new]
     fn new(py: Python<'_>, object: Bound<'_, PyAny>) -> PyResult<Table> {
-        Ok(Table {
-            table: PythonTable::from_python(py, &object)?,
-        })
+        let (table, reusable) = source::table_from_python(py, &object)?;
+        Ok(Table { table, reusable })
     }
 
     /// Whether the table reads the object's own memory and so may serve later queries.
     #[getter]
     fn reusable(&self) -> bool {
-        self.table.live
+        self.reusable
     }
 
     fn __repr__(&self) -> String {
         format!(
             "<quiver table: {} columns, reusable={}>",
             self.table.schema().fields().len(),
-            self.table.live
+            self.reusable
         )
     }
 }
@@ -239,7 +240,7 @@ fn _direct_strings(py: Python<'_>) -> bool {
 /// The table a Python object becomes, for tests: (column names, Arrow type names).
 #[pyfunction]
 fn _describe_source(py: Python<'_>, object: Bound<'_, PyAny>) -> PyResult<Py<PyList>> {
-    let table = PythonTable::from_python(py, &object)?;
+    let (table, _) = source::table_from_python(py, &object)?;
     let schema = table.schema();
     let pairs: Vec<(String, String)> = schema
         .fields()

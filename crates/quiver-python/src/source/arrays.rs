@@ -26,11 +26,16 @@ use crate::errors::conversion_error;
 /// Keeps a Python object alive for as long as an Arrow buffer points into it. Dropping it
 /// without the GIL is fine: PyO3 defers the decref to the next time the GIL is taken.
 #[derive(Debug)]
-pub struct PyOwner(#[allow(dead_code)] AssertUnwindSafe<Py<PyAny>>);
+pub struct PyOwner(AssertUnwindSafe<Py<PyAny>>);
 
 impl PyOwner {
     pub fn new(object: &Bound<'_, PyAny>) -> PyOwner {
         PyOwner(AssertUnwindSafe(object.clone().unbind()))
+    }
+
+    /// The object (the GIL is held).
+    pub fn object<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        self.0.bind(py).clone()
     }
 }
 

@@ -9,6 +9,7 @@
 //! ([`strings`]), straight into string views.
 
 pub mod arrays;
+pub mod dataset;
 pub mod strings;
 
 use std::fmt;
@@ -163,11 +164,8 @@ fn exposed_type(data_type: &DataType) -> DataType {
 }
 
 impl PythonTable {
-    /// Builds a table from any supported Python object (the GIL is held).
-    pub fn from_python(py: Python<'_>, object: &Bound<'_, PyAny>) -> PyResult<PythonTable> {
-        let sources = py.import("quiver._sources")?;
-        let normalized = sources.call_method1("normalize", (object,))?;
-        let normalized = normalized.cast::<PyTuple>()?;
+    /// A table from what `quiver._sources.normalize` made of an object (the GIL is held).
+    fn from_normalized(py: Python<'_>, normalized: &Bound<'_, PyTuple>) -> PyResult<PythonTable> {
         let tag: String = normalized.get_item(0)?.extract()?;
         let description: String = normalized.get_item(1)?.extract()?;
         match tag.as_str() {
@@ -337,6 +335,26 @@ fn morsels(num_rows: usize, columns: &[ColumnData]) -> Vec<(usize, usize)> {
         }
     }
     morsels
+}
+
+/// Any supported Python object as a table, and whether the table may be reused by later
+/// queries (see `quiver._sources.table`). A pyarrow Dataset is read lazily, when scanned.
+pub fn table_from_python(
+    py: Python<'_>,
+    object: &Bound<'_, PyAny>,
+) -> PyResult<(Arc<dyn TableProvider>, bool)> {
+    let sources = py.import("quiver._sources")?;
+    let normalized = sources.call_method1("normalize", (object,))?;
+    let normalized = normalized.cast::<PyTuple>()?;
+    let tag: String = normalized.get_item(0)?.extract()?;
+    if tag == "dataset" {
+        let description: String = normalized.get_item(1)?.extract()?;
+        let table = dataset::DatasetTable::new(py, &normalized.get_item(2)?, description)?;
+        return Ok((Arc::new(table), false));
+    }
+    let table = PythonTable::from_normalized(py, normalized)?;
+    let live = table.live;
+    Ok((Arc::new(table), live))
 }
 
 fn column_len(column: &ColumnData) -> usize {
