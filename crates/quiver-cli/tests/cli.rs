@@ -40,8 +40,17 @@ fn ok(args: &[&str]) -> String {
 const QUERY: &str =
     "SELECT * FROM (VALUES (1, 'a,b', 2.5), (2, NULL, -1.0)) AS t(id, name, score) ORDER BY id";
 
+/// This crate's folder, as cargo says at run time: a test binary built by another checkout of
+/// the same workspace into a shared target directory is reused as fresh, with that checkout's
+/// path baked into `env!("CARGO_MANIFEST_DIR")`.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 fn data(name: &str) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../quiver-sqllogictest/data");
+    let root = manifest_dir().join("../quiver-sqllogictest/data");
     root.join(name).to_string_lossy().into_owned()
 }
 
