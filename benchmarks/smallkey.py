@@ -8,7 +8,13 @@ Queries (each engine in its own spelling; best of `--runs`, seconds):
   gen_sum SELECT sum(number) FROM numbers_mt(N)                   -- generation + one pass over the column
   mod     SELECT number % 10000 AS k, count(), sum(number) ... GROUP BY k ORDER BY k LIMIT 10
   uniq    SELECT number % 10000 AS k, uniq(number) ... GROUP BY k ORDER BY k LIMIT 10
+  mod_all, uniq_all   the same, ORDER BY an aggregate LIMIT 10   -- every group finished
   k8      SELECT k8, count(*), avg(v) FROM df GROUP BY k8         -- uint8 key, in-memory columns
+
+`mod` and `uniq` are the issue's queries: `ORDER BY k LIMIT 10` lets an engine skip the rows of
+groups that cannot be in the first ten (ClickHouse does; so does quiver since the limit is pushed
+into its small-key operator). `mod_all` / `uniq_all` show the cost of the whole aggregation.
+The quiver binary is $CARGO_TARGET_DIR/{dist,ci}/quiver (default target dir ~/.cache/quiver/target).
 
 quiver is timed by the CLI's own `--time` report (execution only). For `k8` the CLI cannot see a
 pandas DataFrame (that is the Python package's job), so quiver reads the same columns from an
@@ -67,6 +73,28 @@ def queries(rows: int) -> dict[str, dict[str, str]]:
             "datafusion": f"SELECT value % 10000 AS k, approx_distinct(value) AS u "
             f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY k LIMIT 10",
         },
+        # The same aggregations ordered by an aggregate: every group must be finished, so
+        # no engine can skip rows for `ORDER BY k LIMIT 10` (ClickHouse and quiver do).
+        "mod_all": {
+            "quiver": f"SELECT number % 10000 AS k, count() AS c, sum(number) AS s FROM numbers_mt({n}) "
+            "GROUP BY k ORDER BY s DESC, k LIMIT 10",
+            "chdb": f"SELECT number % 10000 AS k, count() AS c, sum(number) AS s FROM numbers_mt({n}) "
+            "GROUP BY k ORDER BY s DESC, k LIMIT 10",
+            "duckdb": f"SELECT range % 10000 AS k, count(*) AS c, sum(range) AS s FROM range({n}) "
+            "GROUP BY k ORDER BY s DESC, k LIMIT 10",
+            "datafusion": f"SELECT value % 10000 AS k, count(*) AS c, sum(value) AS s "
+            f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY s DESC, k LIMIT 10",
+        },
+        "uniq_all": {
+            "quiver": f"SELECT number % 10000 AS k, uniq(number) AS u FROM numbers_mt({n}) "
+            "GROUP BY k ORDER BY u DESC, k LIMIT 10",
+            "chdb": f"SELECT number % 10000 AS k, uniq(number) AS u FROM numbers_mt({n}) "
+            "GROUP BY k ORDER BY u DESC, k LIMIT 10",
+            "duckdb": f"SELECT range % 10000 AS k, approx_count_distinct(range) AS u FROM range({n}) "
+            "GROUP BY k ORDER BY u DESC, k LIMIT 10",
+            "datafusion": f"SELECT value % 10000 AS k, approx_distinct(value) AS u "
+            f"FROM generate_series(0, {n - 1}) GROUP BY k ORDER BY u DESC, k LIMIT 10",
+        },
         "k8": {
             "quiver": "SELECT k8, count(*), avg(v) FROM df GROUP BY k8",
             "chdb": "SELECT k8, count(*), avg(v) FROM Python(df) GROUP BY k8",
@@ -113,7 +141,7 @@ def main() -> None:
     parser.add_argument("--df-rows", type=int, default=50_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="quiver,chdb,duckdb,datafusion")
-    parser.add_argument("--queries", default="gen,gen_sum,mod,uniq,k8")
+    parser.add_argument("--queries", default="gen,gen_sum,mod,uniq,mod_all,uniq_all,k8")
     args = parser.parse_args()
     engines = args.engines.split(",")
     wanted = args.queries.split(",")

@@ -16,7 +16,9 @@
 //! keys qualify is decided in [`bounds`]; when the rule applies is documented in [`rule`].
 
 pub mod bounds;
+mod direct;
 pub mod exec;
+pub mod remainder;
 pub mod rule;
 
 pub use exec::SmallKeyAggregateExec;

@@ -12,21 +12,27 @@
 //!   key range, not by hash, so it must not feed a partitioned join).
 //!
 //! Otherwise the plan is left exactly as DataFusion made it.
+//!
+//! A `SortExec` with a fetch (`ORDER BY k LIMIT n`) directly over the new node, ordering by a
+//! prefix of its keys in slot order, pushes its limit into it ([`crate::exec::TopSlots`]): only
+//! the first `n` groups are aggregated in full, the rest of the rows are skipped.
 
 use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::Distribution;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{
     replace_children_if_necessary, ExecutionPlan, ExecutionPlanProperties, Partitioning,
 };
 
 use crate::bounds::{integer_modulo, key_range};
-use crate::exec::{GroupKey, SmallKeyAggregateExec};
+use crate::exec::{GroupKey, SmallKeyAggregateExec, TopSlots};
 
 /// The default largest domain, in slots (a `UInt16` key fits exactly).
 pub const DEFAULT_MAX_SLOTS: u64 = 65_536;
@@ -85,7 +91,8 @@ impl SmallKeyAggregateRule {
             );
             rewritten.push(self.rewrite(child, !hash_required)?);
         }
-        replace_children_if_necessary(plan, rewritten)
+        let plan = replace_children_if_necessary(plan, rewritten)?;
+        Ok(push_top_into_small_key(&plan)?.unwrap_or(plan))
     }
 
     fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
@@ -169,6 +176,52 @@ impl SmallKeyAggregateRule {
         )?;
         Ok(Some(Arc::new(exec)))
     }
+}
+
+/// `SortExec(fetch = n)` ordering by a prefix of the keys, all `ASC NULLS LAST` or all
+/// `DESC NULLS FIRST`, directly over [`SmallKeyAggregateExec`]: the same sort over the operator
+/// with the limit pushed into it ([`TopSlots`]). The sort stays, because the operator may
+/// return a few more groups than `n`, unordered.
+fn push_top_into_small_key(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(sort) = plan.downcast_ref::<SortExec>() else {
+        return Ok(None);
+    };
+    let Some(fetch) = sort.fetch().filter(|&n| n > 0) else {
+        return Ok(None);
+    };
+    let Some(exec) = sort.input().downcast_ref::<SmallKeyAggregateExec>() else {
+        return Ok(None);
+    };
+    if exec.top().is_some() {
+        return Ok(None);
+    }
+    let mut direction = None;
+    for (position, sort_expr) in sort.expr().iter().enumerate() {
+        let is_key = position < exec.key_count()
+            && sort_expr
+                .expr
+                .downcast_ref::<Column>()
+                .is_some_and(|c| c.index() == position);
+        let descending = match (sort_expr.options.descending, sort_expr.options.nulls_first) {
+            (false, false) => false,
+            (true, true) => true,
+            _ => return Ok(None),
+        };
+        if !is_key || direction.is_some_and(|d| d != descending) {
+            return Ok(None);
+        }
+        direction = Some(descending);
+    }
+    let Some(descending) = direction else {
+        return Ok(None);
+    };
+    let input: Arc<dyn ExecutionPlan> = Arc::new(exec.with_top(TopSlots { fetch, descending })?);
+    Ok(Some(replace_children_if_necessary(
+        Arc::clone(plan),
+        vec![input],
+    )?))
 }
 
 impl PhysicalOptimizerRule for SmallKeyAggregateRule {
