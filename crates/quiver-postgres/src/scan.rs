@@ -15,6 +15,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use bytes::{Buf, BytesMut};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::error::{DataFusionError, Result as DFResult};
@@ -24,16 +25,19 @@ use datafusion::logical_expr::TableType;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-    SendableRecordBatchStream,
+    SendableRecordBatchStream, Statistics,
 };
 use futures::StreamExt;
 use tokio::sync::mpsc::Sender;
 
 use crate::binary_copy::{CopyFormatError, CopyParser};
-use crate::catalog::{describe_query, describe_relation, heaps, planner_choice, Relation};
+use crate::catalog::{
+    describe_query, describe_relation, heaps, planner_choice, server_version, Relation,
+};
 use crate::connection::ConnectTarget;
 use crate::copy_in::PostgresSink;
 use crate::decode::BatchDecoder;
@@ -171,12 +175,16 @@ impl PostgresTable {
         }
     }
 
+    /// Splits the scan into COPY tasks and estimates its rows. The catalog questions (server
+    /// version, heap sizes, the planner's view of a pushed filter) go out pipelined on one
+    /// connection of the query's snapshot pool, which then stays in the pool to read.
     async fn plan_tasks(
         &self,
+        pool: &Arc<SnapshotPool>,
         select_list: &str,
         conditions: &[String],
         limit: Option<usize>,
-    ) -> Result<(Vec<String>, ScanMode)> {
+    ) -> Result<TaskPlan> {
         let limit_sql = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
         let where_sql = |extra: Option<String>| -> String {
             let all: Vec<String> = extra
@@ -195,44 +203,70 @@ impl PostgresTable {
                 where_sql(extra)
             )
         };
+        let single = |sql: String, mode: ScanMode| TaskPlan {
+            tasks: vec![sql],
+            mode,
+            rows: None,
+            table_rows: None,
+        };
         let relation = match &self.source {
             ScanSource::Query(sql) => {
                 let from = format!("({sql}) AS quiver_query");
-                return Ok((vec![copy(&from, None)], ScanMode::Single("a query")));
+                return Ok(single(copy(&from, None), ScanMode::Single("a query")));
             }
             ScanSource::Relation(relation) => relation,
         };
         let from = relation.qualified();
         if limit.is_some() {
-            return Ok((vec![copy(&from, None)], ScanMode::Single("LIMIT")));
+            return Ok(single(copy(&from, None), ScanMode::Single("LIMIT")));
         }
         if !(relation.kind.has_pages()
             || relation.kind == crate::catalog::RelationKind::Partitioned)
         {
-            return Ok((
-                vec![copy(&from, None)],
+            return Ok(single(
+                copy(&from, None),
                 ScanMode::Single(relation.kind.describe()),
             ));
         }
-        let client = self.target.connect().await?;
-        let version: i64 = client
-            .query_one("SELECT current_setting('server_version_num')::int8", &[])
-            .await
-            .map_err(|e| PostgresError::server("reading the server version", &e))?
-            .get(0);
+        let connection = pool.acquire().await?;
+        let client = connection.client()?;
+        let select = format!("SELECT {select_list} FROM {from}{}", where_sql(None));
+        let choice = async {
+            if conditions.is_empty() {
+                Ok(None)
+            } else {
+                planner_choice(client, &select).await.map(Some)
+            }
+        };
+        let (version, heaps, choice) =
+            futures::try_join!(server_version(client), heaps(client, relation), choice)?;
+        drop(connection);
+        let table_rows = heaps
+            .iter()
+            .map(|heap| heap.tuples)
+            .sum::<Option<f64>>()
+            .filter(|_| !heaps.is_empty());
+        let rows = match &choice {
+            Some(choice) => Some(choice.rows).filter(|rows| rows.is_finite()),
+            None => table_rows,
+        };
+        let estimated = |sql: String, mode: ScanMode| TaskPlan {
+            tasks: vec![sql],
+            mode,
+            rows,
+            table_rows,
+        };
         if version < 140_000 {
             // TID range scans arrived in PostgreSQL 14; before, every range would scan it all.
-            return Ok((
-                vec![copy(&from, None)],
+            return Ok(estimated(
+                copy(&from, None),
                 ScanMode::Single("server older than PostgreSQL 14"),
             ));
         }
-        if !conditions.is_empty() && relation.kind.has_pages() {
-            let select = format!("SELECT {select_list} FROM {from}{}", where_sql(None));
-            let choice = planner_choice(&client, &select).await?;
-            if choice.uses_index() {
-                return Ok((
-                    vec![copy(&from, None)],
+        if let Some(choice) = choice {
+            if choice.uses_index() && relation.kind.has_pages() {
+                return Ok(estimated(
+                    copy(&from, None),
                     ScanMode::Index {
                         node: choice.node,
                         rows: choice.rows,
@@ -240,7 +274,6 @@ impl PostgresTable {
                 ));
             }
         }
-        let heaps = heaps(&client, relation).await?;
         let per_task = self.options.pages_per_task.max(1);
         let mut tasks = Vec::new();
         for heap in &heaps {
@@ -265,13 +298,86 @@ impl PostgresTable {
             // A partitioned table without partitions.
             tasks.push(copy(&from, None));
         }
-        Ok((
+        Ok(TaskPlan {
             tasks,
-            ScanMode::CtidRanges {
+            mode: ScanMode::CtidRanges {
                 heaps: heaps.len(),
                 pages_per_task: per_task,
             },
-        ))
+            rows,
+            table_rows,
+        })
+    }
+
+    /// DataFusion's view of the scan's output: the row estimate of [`TaskPlan`], each column's
+    /// NULL fraction and distinct count from `pg_stats`, and a byte size from the Arrow widths.
+    /// Its join selection puts the smaller side on the build side and joins small inputs
+    /// without repartitioning only when it has these; without them it keeps the SQL's order,
+    /// which in TPC-H builds hash tables of all of lineitem.
+    fn statistics(&self, projection: &[usize], plan: &TaskPlan) -> Statistics {
+        let schema = Schema::new(
+            projection
+                .iter()
+                .filter_map(|i| self.columns.get(*i))
+                .map(PgColumn::field)
+                .collect::<Vec<_>>(),
+        );
+        let mut statistics = Statistics::new_unknown(&schema);
+        let Some(rows) = plan.rows.filter(|rows| *rows >= 0.0) else {
+            return statistics;
+        };
+        let estimates = self
+            .relation()
+            .map(|relation| relation.estimates.as_slice())
+            .unwrap_or_default();
+        let mut width = 0.0;
+        for (column, index) in statistics.column_statistics.iter_mut().zip(projection) {
+            let estimate = estimates.get(*index).copied().unwrap_or_default();
+            let Some(pg_column) = self.columns.get(*index) else {
+                continue;
+            };
+            let column_width = arrow_width(&pg_column.pg_type, estimate.avg_width);
+            width += column_width;
+            column.byte_size = Precision::Inexact((column_width * rows) as usize);
+            if let Some(null_frac) = estimate.null_frac {
+                column.null_count = Precision::Inexact((null_frac * rows) as usize);
+            }
+            let table_rows = plan.table_rows.unwrap_or(rows);
+            if let Some(distinct) = estimate.distinct(table_rows) {
+                column.distinct_count = Precision::Inexact(distinct.min(rows.max(1.0)) as usize);
+            }
+        }
+        statistics.num_rows = Precision::Inexact(rows as usize);
+        statistics.total_byte_size = Precision::Inexact((width * rows) as usize);
+        statistics
+    }
+}
+
+/// The tasks of one scan and what the server estimates it returns.
+#[derive(Debug)]
+struct TaskPlan {
+    tasks: Vec<String>,
+    mode: ScanMode,
+    /// Rows the scan returns: the planner's estimate under the pushed filter, else the
+    /// table's `reltuples`; `None` when unknown (views, queries, LIMIT, never analyzed).
+    rows: Option<f64>,
+    /// Rows in the whole relation (`reltuples`), which Postgres's negative `n_distinct` scales.
+    table_rows: Option<f64>,
+}
+
+/// Bytes per value in Arrow: the fixed width, or for variable-width types the average from
+/// `pg_stats` (else a guess) plus the 4-byte offset.
+fn arrow_width(pg_type: &PgType, avg_width: Option<i32>) -> f64 {
+    match pg_type {
+        PgType::Bool => 1.0,
+        PgType::Int2 => 2.0,
+        PgType::Int4 | PgType::Float4 | PgType::Date => 4.0,
+        PgType::Int8 | PgType::Float8 | PgType::Time | PgType::Timestamp | PgType::TimestampTz => {
+            8.0
+        }
+        PgType::Numeric { .. } | PgType::Interval => 16.0,
+        PgType::Enum => 4.0,
+        _ => f64::from(avg_width.unwrap_or(32).max(0)) + 4.0,
     }
 }
 
@@ -423,15 +529,6 @@ impl TableProvider for PostgresTable {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let (tasks, mode) = self
-            .plan_tasks(&select_list, &conditions, limit)
-            .await
-            .map_err(PostgresError::into_datafusion)?;
-        let connections = self
-            .options
-            .connections
-            .unwrap_or_else(|| state.config().target_partitions())
-            .max(1);
         let key = QueryKey {
             target: self.target.describe(),
             session_id: state.session_id().to_string(),
@@ -442,6 +539,25 @@ impl TableProvider for PostgresTable {
                 .unwrap_or(0),
         };
         let pool = snapshot_for_query(key, &self.target);
+        let plan = self
+            .plan_tasks(&pool, &select_list, &conditions, limit)
+            .await
+            .map_err(PostgresError::into_datafusion)?;
+        let all: Vec<usize>;
+        let projected = match projection {
+            Some(indices) => indices.as_slice(),
+            None => {
+                all = (0..self.columns.len()).collect();
+                &all
+            }
+        };
+        let statistics = self.statistics(projected, &plan);
+        let TaskPlan { tasks, mode, .. } = plan;
+        let connections = self
+            .options
+            .connections
+            .unwrap_or_else(|| state.config().target_partitions())
+            .max(1);
         let schema = Arc::new(Schema::new(
             columns.iter().map(PgColumn::field).collect::<Vec<_>>(),
         ));
@@ -458,6 +574,7 @@ impl TableProvider for PostgresTable {
             schema,
             connections,
             pool,
+            Arc::new(statistics),
         )))
     }
 }
@@ -482,10 +599,17 @@ pub struct PostgresScanExec {
     partitions: usize,
     pool: Arc<SnapshotPool>,
     properties: Arc<PlanProperties>,
+    statistics: Arc<Statistics>,
 }
 
 impl PostgresScanExec {
-    fn new(plan: ScanPlan, schema: SchemaRef, connections: usize, pool: Arc<SnapshotPool>) -> Self {
+    fn new(
+        plan: ScanPlan,
+        schema: SchemaRef,
+        connections: usize,
+        pool: Arc<SnapshotPool>,
+        statistics: Arc<Statistics>,
+    ) -> Self {
         let partitions = connections.min(plan.tasks.len()).max(1);
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -499,6 +623,7 @@ impl PostgresScanExec {
             partitions,
             pool,
             properties: Arc::new(properties),
+            statistics,
         }
     }
 
@@ -562,6 +687,18 @@ impl ExecutionPlan for PostgresScanExec {
         _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
     ) -> DFResult<TreeNodeRecursion> {
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> DFResult<Arc<Statistics>> {
+        Ok(match args.partition() {
+            None => Arc::clone(&self.statistics),
+            // Tasks are dealt round-robin, but ranges differ in live rows: no per-partition claim.
+            Some(_) => Arc::new(Statistics::new_unknown(&self.schema)),
+        })
     }
 
     fn with_new_children(
