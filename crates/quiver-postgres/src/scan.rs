@@ -7,6 +7,12 @@
 //! would answer from an index. Execution deals the tasks round-robin to
 //! `min(connections, tasks)` output partitions; each partition reads its tasks one after the
 //! other on one connection of the query's [`SnapshotPool`], decoding straight into Arrow.
+//!
+//! Planning also estimates the rows (the Postgres planner's estimate under the pushed filter,
+//! else `reltuples`) and hands them, with `pg_stats` distinct counts, to DataFusion as
+//! statistics. A partition starts its COPY on its first poll rather than at `execute`, so a
+//! hash join above it has published its build side's keys by then; they are added to the
+//! `WHERE` ([`crate::runtime_filter`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,6 +21,7 @@ use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use bytes::{Buf, BytesMut};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::sink::DataSinkExec;
@@ -25,8 +32,14 @@ use datafusion::logical_expr::TableType;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream, Statistics,
@@ -42,6 +55,7 @@ use crate::connection::ConnectTarget;
 use crate::copy_in::PostgresSink;
 use crate::decode::BatchDecoder;
 use crate::error::{PostgresError, Result};
+use crate::runtime_filter::superset_sql;
 use crate::snapshot::{snapshot_for_query, QueryKey, SnapshotPool};
 use crate::sql::{filter_to_sql, quote_ident};
 use crate::types::{PgColumn, PgType};
@@ -185,25 +199,11 @@ impl PostgresTable {
         conditions: &[String],
         limit: Option<usize>,
     ) -> Result<TaskPlan> {
-        let limit_sql = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
-        let where_sql = |extra: Option<String>| -> String {
-            let all: Vec<String> = extra
-                .into_iter()
-                .chain(conditions.iter().cloned())
-                .collect();
-            if all.is_empty() {
-                String::new()
-            } else {
-                format!(" WHERE {}", all.join(" AND "))
-            }
+        let copy = |from: &str, range: Option<String>| CopyTask {
+            from: from.to_string(),
+            range,
         };
-        let copy = |from: &str, extra: Option<String>| {
-            format!(
-                "COPY (SELECT {select_list} FROM {from}{}{limit_sql}) TO STDOUT (FORMAT binary)",
-                where_sql(extra)
-            )
-        };
-        let single = |sql: String, mode: ScanMode| TaskPlan {
+        let single = |sql: CopyTask, mode: ScanMode| TaskPlan {
             tasks: vec![sql],
             mode,
             rows: None,
@@ -230,7 +230,10 @@ impl PostgresTable {
         }
         let connection = pool.acquire().await?;
         let client = connection.client()?;
-        let select = format!("SELECT {select_list} FROM {from}{}", where_sql(None));
+        let select = format!(
+            "SELECT {select_list} FROM {from} WHERE {}",
+            conditions.join(" AND ")
+        );
         let choice = async {
             if conditions.is_empty() {
                 Ok(None)
@@ -250,7 +253,7 @@ impl PostgresTable {
             Some(choice) => Some(choice.rows).filter(|rows| rows.is_finite()),
             None => table_rows,
         };
-        let estimated = |sql: String, mode: ScanMode| TaskPlan {
+        let estimated = |sql: CopyTask, mode: ScanMode| TaskPlan {
             tasks: vec![sql],
             mode,
             rows,
@@ -353,10 +356,17 @@ impl PostgresTable {
     }
 }
 
+/// One `COPY`: a relation (or query), and the ctid range of it to read.
+#[derive(Debug, Clone)]
+struct CopyTask {
+    from: String,
+    range: Option<String>,
+}
+
 /// The tasks of one scan and what the server estimates it returns.
 #[derive(Debug)]
 struct TaskPlan {
-    tasks: Vec<String>,
+    tasks: Vec<CopyTask>,
     mode: ScanMode,
     /// Rows the scan returns: the planner's estimate under the pushed filter, else the
     /// table's `reltuples`; `None` when unknown (views, queries, LIMIT, never analyzed).
@@ -566,10 +576,13 @@ impl TableProvider for PostgresTable {
                 target: self.target.describe(),
                 source: self.describe_source(),
                 types: columns.iter().map(|c| c.pg_type.clone()).collect(),
+                select_list,
                 tasks,
                 mode,
                 filter: (!conditions.is_empty()).then(|| conditions.join(" AND ")),
+                conditions,
                 limit,
+                columns,
             },
             schema,
             connections,
@@ -585,10 +598,41 @@ struct ScanPlan {
     target: String,
     source: String,
     types: Vec<PgType>,
-    tasks: Vec<String>,
+    select_list: String,
+    tasks: Vec<CopyTask>,
     mode: ScanMode,
     filter: Option<String>,
+    /// The pushed filters, as Postgres conditions.
+    conditions: Vec<String>,
     limit: Option<usize>,
+    /// The columns read, in output order (runtime filters name them by position).
+    columns: Vec<PgColumn>,
+}
+
+impl ScanPlan {
+    /// The `COPY` statement of `task`, with the conditions of run-time filters added.
+    fn copy_sql(&self, task: &CopyTask, runtime: &[String]) -> String {
+        let conditions: Vec<&str> = task
+            .range
+            .iter()
+            .chain(&self.conditions)
+            .chain(runtime)
+            .map(String::as_str)
+            .collect();
+        let where_sql = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let limit_sql = self
+            .limit
+            .map(|n| format!(" LIMIT {n}"))
+            .unwrap_or_default();
+        format!(
+            "COPY (SELECT {} FROM {}{where_sql}{limit_sql}) TO STDOUT (FORMAT binary)",
+            self.select_list, task.from
+        )
+    }
 }
 
 /// Reads a Postgres table or query through binary COPY, in parallel on one snapshot.
@@ -600,6 +644,11 @@ pub struct PostgresScanExec {
     pool: Arc<SnapshotPool>,
     properties: Arc<PlanProperties>,
     statistics: Arc<Statistics>,
+    /// Filters DataFusion publishes while the query runs (a hash join's build-side keys),
+    /// added to the COPY when the scan starts ([`crate::runtime_filter`]).
+    runtime_filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// `output_rows` per partition, for EXPLAIN ANALYZE.
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl PostgresScanExec {
@@ -624,12 +673,18 @@ impl PostgresScanExec {
             pool,
             properties: Arc::new(properties),
             statistics,
+            runtime_filters: Vec::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
-    /// The COPY statements this scan runs, in task order.
-    pub fn tasks(&self) -> &[String] {
-        &self.plan.tasks
+    /// The COPY statements this scan runs, in task order (without run-time filters).
+    pub fn tasks(&self) -> Vec<String> {
+        self.plan
+            .tasks
+            .iter()
+            .map(|task| self.plan.copy_sql(task, &[]))
+            .collect()
     }
 }
 
@@ -653,9 +708,12 @@ impl DisplayAs for PostgresScanExec {
                 if let Some(limit) = plan.limit {
                     write!(f, ", limit={limit}")?;
                 }
+                if !self.runtime_filters.is_empty() {
+                    write!(f, ", runtime filters={}", self.runtime_filters.len())?;
+                }
                 if t == DisplayFormatType::Verbose {
                     if let Some(first) = plan.tasks.first() {
-                        write!(f, ", first task={first}")?;
+                        write!(f, ", first task={}", plan.copy_sql(first, &[]))?;
                     }
                 }
                 Ok(())
@@ -682,11 +740,55 @@ impl ExecutionPlan for PostgresScanExec {
         Vec::new()
     }
 
+    /// Shows the runtime filters, so a hash join sees it has a consumer for them.
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
     ) -> DFResult<TreeNodeRecursion> {
+        for filter in &self.runtime_filters {
+            if f(filter)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    /// Takes the filters DataFusion pushes after planning (`Post` phase: dynamic filters of
+    /// hash joins, TopK and aggregates) to add to the COPY once they are known. Reported as
+    /// not pushed: the scan applies a looser form, or none, so the producer keeps its own.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> DFResult<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result
+            .parent_filters
+            .into_iter()
+            .map(|result| result.filter)
+            .collect();
+        let unsupported = vec![PushedDown::No; filters.len()];
+        if phase != FilterPushdownPhase::Post || filters.is_empty() {
+            return Ok(FilterPushdownPropagation::with_parent_pushdown_result(
+                unsupported,
+            ));
+        }
+        let mut runtime_filters = self.runtime_filters.clone();
+        runtime_filters.extend(filters);
+        let updated = PostgresScanExec {
+            plan: Arc::clone(&self.plan),
+            schema: Arc::clone(&self.schema),
+            partitions: self.partitions,
+            pool: Arc::clone(&self.pool),
+            properties: Arc::clone(&self.properties),
+            statistics: Arc::clone(&self.statistics),
+            runtime_filters,
+            metrics: ExecutionPlanMetricsSet::new(),
+        };
+        Ok(
+            FilterPushdownPropagation::with_parent_pushdown_result(unsupported)
+                .with_updated_node(Arc::new(updated) as Arc<dyn ExecutionPlan>),
+        )
     }
 
     fn statistics_from_inputs(
@@ -699,6 +801,10 @@ impl ExecutionPlan for PostgresScanExec {
             // Tasks are dealt round-robin, but ranges differ in live rows: no per-partition claim.
             Some(_) => Arc::new(Statistics::new_unknown(&self.schema)),
         })
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 
     fn with_new_children(
@@ -719,31 +825,49 @@ impl ExecutionPlan for PostgresScanExec {
                 self.partitions
             )));
         }
-        // Round-robin: deterministic, so executing a partition twice reads the same tasks.
-        let tasks: Vec<String> = self
-            .plan
-            .tasks
-            .iter()
-            .skip(partition)
-            .step_by(self.partitions)
-            .cloned()
-            .collect();
         let batch_size = context.session_config().batch_size().max(1);
-        let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&self.schema), 2);
-        let tx = builder.tx();
-        let reader = TaskReader {
-            pool: Arc::clone(&self.pool),
-            plan: Arc::clone(&self.plan),
-            schema: Arc::clone(&self.schema),
-            batch_size,
+        let plan = Arc::clone(&self.plan);
+        let pool = Arc::clone(&self.pool);
+        let schema = Arc::clone(&self.schema);
+        let filters = self.runtime_filters.clone();
+        let partitions = self.partitions;
+        let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        // The COPY starts on the first poll, not here: a hash join polls its probe side only
+        // after its build side is complete and its runtime filter published.
+        let start = async move {
+            let runtime: Vec<String> = filters
+                .iter()
+                .filter_map(|filter| superset_sql(filter, &plan.columns))
+                .collect();
+            // Round-robin: deterministic, so executing a partition twice reads the same tasks.
+            let tasks: Vec<String> = plan
+                .tasks
+                .iter()
+                .skip(partition)
+                .step_by(partitions)
+                .map(|task| plan.copy_sql(task, &runtime))
+                .collect();
+            let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&schema), 2);
+            let tx = builder.tx();
+            let reader = TaskReader {
+                pool,
+                plan,
+                schema,
+                batch_size,
+                output_rows,
+            };
+            builder.spawn(async move {
+                reader
+                    .run(tasks, tx)
+                    .await
+                    .map_err(PostgresError::into_datafusion)
+            });
+            builder.build()
         };
-        builder.spawn(async move {
-            reader
-                .run(tasks, tx)
-                .await
-                .map_err(PostgresError::into_datafusion)
-        });
-        Ok(builder.build())
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            futures::stream::once(start).flatten(),
+        )))
     }
 }
 
@@ -754,6 +878,7 @@ struct TaskReader {
     plan: Arc<ScanPlan>,
     schema: SchemaRef,
     batch_size: usize,
+    output_rows: Count,
 }
 
 /// Whether the consumer still wants batches.
@@ -812,6 +937,7 @@ impl TaskReader {
                 let batch = decoder
                     .finish_batch()
                     .map_err(|e| self.conversion(0, e.to_string()))?;
+                self.output_rows.add(batch.num_rows());
                 if tx.send(Ok(batch)).await.is_err() {
                     return Ok(());
                 }
@@ -843,6 +969,7 @@ impl TaskReader {
             let batch = decoder
                 .finish_batch()
                 .map_err(|e| self.conversion(0, e.to_string()))?;
+            self.output_rows.add(batch.num_rows());
             if tx.send(Ok(batch)).await.is_err() {
                 return Ok(Flow::Stop);
             }
