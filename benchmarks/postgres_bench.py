@@ -412,7 +412,8 @@ def run(args, source: str) -> None:
     results = {"connections": args.connections}
     lines = [
         f"Postgres scanner benchmarks (one run, {args.connections} connections/threads, "
-        f"binary `{pathlib.Path(source).parent.name}` profile, copied before the run)",
+        f"binary `{pathlib.Path(source).name}` from `{pathlib.Path(source).parent.name}`, "
+        "copied before the run; the systems take turns query by query)",
         "",
     ]
     if not args.skip_scan:
