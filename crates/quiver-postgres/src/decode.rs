@@ -447,7 +447,7 @@ fn rescale_u64(value: u64, exponent: i32, scale: i8) -> Result<i128, String> {
         .copied()
         // 10^20 and beyond exceed any value below 10^16: the remainder is never zero.
         .ok_or_else(|| too_many_decimals(scale))?;
-    if value % divisor != 0 {
+    if !value.is_multiple_of(divisor) {
         return Err(too_many_decimals(scale));
     }
     Ok(i128::from(value / divisor))

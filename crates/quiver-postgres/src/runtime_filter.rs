@@ -213,7 +213,7 @@ mod tests {
         let filter = binary(bounds, Operator::And, members);
         assert_eq!(
             superset_sql(&filter, &columns()).unwrap(),
-            "((\"k\" >= 3 AND \"k\" <= 9) AND (\"k\" IN (3, 9)))"
+            "(((\"k\" >= 3) AND (\"k\" <= 9)) AND (\"k\" IN (3, 9)))"
         );
     }
 

@@ -248,7 +248,7 @@ async fn hash_join_keys_filter_the_probe_side_copy() {
     let dsn = lit(&pg.dsn("shop"));
     let sql = format!(
         "SELECT count(*), sum(o.id) FROM (VALUES (3), (5)) AS c(customer) \
-         JOIN postgres_scan({dsn}, 'public', 'orders', named_struct('pages_per_task', 20)) o \
+         JOIN postgres_scan_pushdown({dsn}, 'public', 'orders', named_struct('pages_per_task', 20)) o \
          ON o.customer = c.customer WHERE o.id <= 20000"
     );
     // Under a thousand rows, so EXPLAIN ANALYZE prints the count as is.
