@@ -3,16 +3,25 @@
 
     python benchmarks/postgres_bench.py [--dsn 'host=... port=... user=postgres dbname=tpch']
                                         [--connections 2] [--runs 3] [--skip-scan] [--skip-tpch]
+                                        [--queries 17,18,21] [--quiver PATH]
+                                        [--peers quiver,duckdb,postgres]
+
+The quiver binary is --quiver, else $QUIVER_BINARY, else `dist` or `ci` under $CARGO_TARGET_DIR
+(default ~/.cache/quiver/target); it is copied to a temporary file first, so a build in the
+same target directory during the run cannot replace it. --queries runs a subset of TPC-H (and
+then does not overwrite the results files unless --write is given).
 
 Needs the TPC-H database of `postgres_setup.py` and a venv with duckdb==1.5.5,
 duckdb-extension-postgres-scanner, duckdb-extension-tpch, connectorx and pyarrow.
 
 1. Full scan of `lineitem` into Arrow with N connections: quiver (CLI, `--time`), DuckDB's
    postgres_scanner, ConnectorX (partition_on="l_orderkey"), and the floor: N `psql` processes
-   writing the binary COPY of the same ctid halves to /dev/null. Best of --runs.
+   writing the binary COPY of the same ctid halves to /dev/null. Best of --runs, the readers
+   taking turns run by run.
 2. The 22 TPC-H queries: quiver over the attached database, DuckDB over the same database
    (ATTACH ... TYPE postgres), and Postgres running them itself, 60 s timeout each, answers
-   checked against DuckDB's `tpch_answers()` (scale factor 1).
+   checked against DuckDB's `tpch_answers()` (scale factor 1). The systems take turns query
+   by query, so load from outside the run falls on all of them alike.
 
 Writes benchmarks/results/postgres.{md,json}.
 """
@@ -25,7 +34,9 @@ import math
 import os
 import pathlib
 import re
+import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -34,7 +45,13 @@ TIMEOUT_S = 60
 ELAPSED = re.compile(r"Elapsed: ([0-9.]+) s")
 
 
+_BINARY = None
+compare_binary = None
+
+
 def quiver_binary() -> str:
+    if _BINARY:
+        return _BINARY
     if os.environ.get("QUIVER_BINARY"):
         return os.environ["QUIVER_BINARY"]
     target = os.environ.get("CARGO_TARGET_DIR", str(pathlib.Path.home() / ".cache/quiver/target"))
@@ -75,12 +92,20 @@ def best(samples):
 
 
 # ---------------------------------------------------------------- 1. full scan of lineitem
-def scan_quiver(dsn, connections, runs):
+def scan_quiver(dsn, connections, runs, binary=None):
     sql = (
         f"SELECT * FROM postgres_scan('{dsn}', 'public', 'lineitem', connections => {connections});\n"
     ) * runs
     done = subprocess.run(
-        [quiver_binary(), "--no-progress", "--threads", str(connections), "-f", "Null", "--time"],
+        [
+            binary or quiver_binary(),
+            "--no-progress",
+            "--threads",
+            str(connections),
+            "-f",
+            "Null",
+            "--time",
+        ],
         input=sql,
         capture_output=True,
         text=True,
@@ -220,9 +245,10 @@ def same_answer(rows: list[list[str]], answer: str) -> bool:
     return True
 
 
-def run_tpch_quiver(dsn, queries, answers, threads):
+def run_tpch_quiver(dsn, queries, answers, threads, binary=None):
+    binary = binary or quiver_binary()
     times, correct = [], []
-    for number, query in enumerate(queries, start=1):
+    for number, query in queries:
         script = (
             f"ATTACH '{dsn}' AS tpch (TYPE postgres, READ_ONLY);\n"
             "SET datafusion.catalog.default_schema = 'tpch';\n" + query.strip().rstrip(";") + ";\n"
@@ -230,7 +256,7 @@ def run_tpch_quiver(dsn, queries, answers, threads):
         try:
             done = subprocess.run(
                 [
-                    quiver_binary(),
+                    binary,
                     "--no-progress",
                     "--threads",
                     str(threads),
@@ -266,12 +292,16 @@ def run_tpch_quiver(dsn, queries, answers, threads):
     return times, correct
 
 
-def run_tpch_duckdb(dsn, queries, answers, threads):
-    times, correct = [], []
+def duckdb_tpch_connection(dsn, threads):
     con = duckdb_connection(threads)
     con.execute(f"ATTACH '{dsn}' AS tpch (TYPE postgres, READ_ONLY)")
     con.execute("USE tpch")
-    for number, query in enumerate(queries, start=1):
+    return con
+
+
+def run_tpch_duckdb(con, queries, answers):
+    times, correct = [], []
+    for number, query in queries:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             started = time.perf_counter()
             future = pool.submit(lambda: con.execute(query).fetchall())
@@ -318,7 +348,7 @@ def run_tpch_postgres(dsn, queries):
         "ON_ERROR_STOP=1",
     ]
     times = []
-    for number, query in enumerate(queries, start=1):
+    for number, query in queries:
         script = (
             f"SET statement_timeout = '{TIMEOUT_S}s';\n\\timing on\n{query.strip().rstrip(';')};\n"
         )
@@ -348,28 +378,70 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-scan", action="store_true")
     parser.add_argument("--skip-tpch", action="store_true")
+    parser.add_argument("--queries", help="TPC-H query numbers to run, e.g. 17,18,21 (default all)")
+    parser.add_argument("--peers", default="quiver,duckdb,postgres", help="TPC-H systems to run")
+    parser.add_argument("--quiver", help="the quiver binary (default: see the module docstring)")
+    parser.add_argument("--write", action="store_true", help="write results even for a subset")
+    parser.add_argument(
+        "--compare", help="a second quiver binary, run in turn with the first (an A/B column)"
+    )
     args = parser.parse_args()
+    global _BINARY
+    source = args.quiver or quiver_binary()
+    snapshot = tempfile.NamedTemporaryFile(prefix="quiver-bench-", delete=False)
+    snapshot.close()
+    shutil.copy2(source, snapshot.name)
+    _BINARY = snapshot.name
+    print(f"quiver binary: {source} (copied to {snapshot.name})", flush=True)
+    global compare_binary
+    if args.compare:
+        other = tempfile.NamedTemporaryFile(prefix="quiver-bench-b-", delete=False)
+        other.close()
+        shutil.copy2(args.compare, other.name)
+        compare_binary = other.name
+    try:
+        run(args, source)
+    finally:
+        os.unlink(snapshot.name)
+        if compare_binary:
+            os.unlink(compare_binary)
+
+
+def run(args, source: str) -> None:
+    peers = set(args.peers.split(","))
     results = {"connections": args.connections}
     lines = [
         f"Postgres scanner benchmarks (one run, {args.connections} connections/threads, "
-        f"binary `{pathlib.Path(quiver_binary()).parent.name}` profile)",
+        f"binary `{pathlib.Path(source).name}` from `{pathlib.Path(source).parent.name}`, "
+        "copied before the run; the systems take turns query by query)",
         "",
     ]
     if not args.skip_scan:
         print("full scan of lineitem", flush=True)
-        scan = {}
-        for name, fn in [
+        readers = [
             ("floor (psql binary COPY to /dev/null)", scan_floor),
             ("quiver", scan_quiver),
             ("DuckDB 1.5.5 postgres_scanner", scan_duckdb),
             ("ConnectorX", scan_connectorx),
-        ]:
-            try:
-                scan[name] = fn(args.dsn, args.connections, args.runs)
-            except Exception as error:  # a peer failing is a result, not a crash
-                print(f"  {name} failed: {error}")
-                scan[name] = None
-            print(f"  {name}: {fmt(scan[name])} s", flush=True)
+        ]
+        if args.compare:
+            readers.insert(
+                2,
+                (
+                    f"quiver B ({args.compare})",
+                    lambda dsn, n, runs: scan_quiver(dsn, n, runs, binary=compare_binary),
+                ),
+            )
+        samples = {name: [] for name, _ in readers}
+        # Readers take turns run by run, so outside load falls on all of them alike.
+        for _ in range(args.runs):
+            for name, fn in readers:
+                try:
+                    samples[name].append(fn(args.dsn, args.connections, 1))
+                except Exception as error:  # a peer failing is a result, not a crash
+                    print(f"  {name} failed: {error}")
+                print(f"  {name}: {fmt(samples[name][-1] if samples[name] else None)} s", flush=True)
+        scan = {name: best(values) for name, values in samples.items()}
         results["scan"] = scan
         floor = scan["floor (psql binary COPY to /dev/null)"]
         duck = scan["DuckDB 1.5.5 postgres_scanner"]
@@ -385,30 +457,64 @@ def main() -> None:
             lines.append(f"| {name} | {fmt(value)} | {ratio_floor} | {ratio_duck} |")
         lines.append("")
     if not args.skip_tpch:
-        queries, answers = tpch_queries_and_answers()
-        print("TPC-H through quiver", flush=True)
-        q_times, q_ok = run_tpch_quiver(args.dsn, queries, answers, args.connections)
-        print("TPC-H through DuckDB", flush=True)
-        d_times, d_ok = run_tpch_duckdb(args.dsn, queries, answers, args.connections)
-        print("TPC-H in Postgres", flush=True)
-        p_times = run_tpch_postgres(args.dsn, queries)
+        all_queries, answers = tpch_queries_and_answers()
+        wanted = (
+            {int(n) for n in args.queries.split(",")}
+            if args.queries
+            else set(range(1, len(all_queries) + 1))
+        )
+        queries = [(n, q) for n, q in enumerate(all_queries, start=1) if n in wanted]
+        q_times, q_ok, b_times, b_ok, d_times, d_ok, p_times = [], [], [], [], [], [], []
+        con = duckdb_tpch_connection(args.dsn, args.connections) if "duckdb" in peers else None
+        # Peers take turns query by query, so load from outside the run (other builds on a
+        # shared machine) falls on all of them alike.
+        for one in queries:
+            print(f"Q{one[0]}", flush=True)
+            if "quiver" in peers:
+                t, ok = run_tpch_quiver(args.dsn, [one], answers, args.connections)
+            else:
+                t, ok = [None], [False]
+            q_times += t
+            q_ok += ok
+            if args.compare:
+                t, ok = run_tpch_quiver(
+                    args.dsn, [one], answers, args.connections, binary=compare_binary
+                )
+                b_times += t
+                b_ok += ok
+            if con is not None:
+                t, ok = run_tpch_duckdb(con, [one], answers)
+            else:
+                t, ok = [None], [False]
+            d_times += t
+            d_ok += ok
+            p_times += run_tpch_postgres(args.dsn, [one]) if "postgres" in peers else [None]
         results["tpch"] = {
+            "queries": [n for n, _ in queries],
             "quiver": q_times,
             "quiver_correct": q_ok,
             "duckdb": d_times,
             "duckdb_correct": d_ok,
             "postgres": p_times,
         }
+        if args.compare:
+            results["tpch"]["compare"] = {"binary": args.compare, "times": b_times, "correct": b_ok}
         lines += [
             "## TPC-H SF1 over Postgres (60 s timeout per query)",
             "",
-            "| query | quiver s | answer | DuckDB s | Postgres s |",
-            "|---|---:|:---:|---:|---:|",
+            "| query | quiver s | answer | DuckDB s | Postgres s |"
+            + (" B s | B answer |" if args.compare else ""),
+            "|---|---:|:---:|---:|---:|" + ("---:|:---:|" if args.compare else ""),
         ]
-        for i in range(len(queries)):
+        for i, (number, _) in enumerate(queries):
             lines.append(
-                f"| Q{i + 1} | {fmt(q_times[i])} | {'ok' if q_ok[i] else 'WRONG/failed'} | "
+                f"| Q{number} | {fmt(q_times[i])} | {'ok' if q_ok[i] else 'WRONG/failed'} | "
                 f"{fmt(d_times[i])} | {fmt(p_times[i])} |"
+                + (
+                    f" {fmt(b_times[i])} | {'ok' if b_ok[i] else 'WRONG/failed'} |"
+                    if args.compare
+                    else ""
+                )
             )
         total = lambda ts: sum(t for t in ts if t is not None)
         lines += [
@@ -416,18 +522,21 @@ def main() -> None:
             f"Totals: quiver {total(q_times):.2f} s ({sum(t is None for t in q_times)} failed, "
             f"{sum(not ok for ok in q_ok)} not matching tpch_answers()), DuckDB {total(d_times):.2f} s "
             f"({sum(t is None for t in d_times)} failed), Postgres {total(p_times):.2f} s "
-            f"({sum(t is None for t in p_times)} timed out).",
+            f"({sum(t is None for t in p_times)} timed out)."
+            + (f" B ({args.compare}): {total(b_times):.2f} s." if args.compare else ""),
         ]
         both = [i for i in range(len(queries)) if p_times[i] is not None and q_times[i] is not None]
         lines.append(
             f"On the {len(both)} queries Postgres finished: quiver {sum(q_times[i] for i in both):.2f} s, "
             f"Postgres {sum(p_times[i] for i in both):.2f} s."
         )
+    print("\n".join(lines))
+    if (args.queries or peers != {"quiver", "duckdb", "postgres"}) and not args.write:
+        return
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "postgres.md").write_text("\n".join(lines) + "\n")
     (out / "postgres.json").write_text(json.dumps(results, indent=2))
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -107,6 +107,12 @@ impl Session {
         settings.sql_parser.enable_ident_normalization = false;
         // COPY TO 'x.parquet' and file listings should behave like DuckDB's.
         settings.execution.keep_partition_by_columns = false;
+        // A hash join whose build side has up to this many distinct keys publishes them as an
+        // IN list (DataFusion's default: 150) rather than a hash-table lookup. Only a list can
+        // be sent to PostgreSQL: TPC-H Q17 filters lineitem by about 2,000 part keys.
+        settings
+            .optimizer
+            .hash_join_inlist_pushdown_max_distinct_values = 4096;
 
         let mut runtime = RuntimeEnvBuilder::new();
         if let Some(limit) = options.memory_limit {

@@ -60,6 +60,33 @@ pub struct Relation {
     pub oid: u32,
     pub kind: RelationKind,
     pub columns: Vec<PgColumn>,
+    /// What `pg_stats` says about each column, in the order of `columns`.
+    pub estimates: Vec<ColumnEstimate>,
+}
+
+/// What the server's planner statistics (`pg_stats`, filled by ANALYZE) say about one column.
+/// quiver hands them to DataFusion, whose join ordering needs distinct counts to estimate join
+/// sizes; both are absent for a column never analyzed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ColumnEstimate {
+    /// The fraction of rows that are NULL.
+    pub null_frac: Option<f64>,
+    /// Distinct values: a count when positive, minus a fraction of the rows when negative
+    /// (Postgres's convention, so the estimate scales with the table).
+    pub n_distinct: Option<f64>,
+    /// The average width in bytes of the non-NULL values.
+    pub avg_width: Option<i32>,
+}
+
+impl ColumnEstimate {
+    /// The distinct count for a table of `table_rows` rows.
+    pub fn distinct(&self, table_rows: f64) -> Option<f64> {
+        match self.n_distinct? {
+            n if n > 0.0 => Some(n),
+            n if n < 0.0 => Some(-n * table_rows),
+            _ => None,
+        }
+    }
 }
 
 impl Relation {
@@ -104,30 +131,41 @@ pub async fn describe_relation(client: &Client, schema: &str, name: &str) -> Res
     let kind = RelationKind::from_relkind(&relkind).ok_or_else(|| {
         PostgresError::NotFound(format!("\"{schema}\".\"{name}\" is not a table or view"))
     })?;
-    let columns = relation_columns(client, oid).await?;
+    let (columns, estimates) = relation_columns(client, oid).await?;
     Ok(Relation {
         schema: schema.to_string(),
         name: name.to_string(),
         oid,
         kind,
         columns,
+        estimates,
     })
 }
 
-async fn relation_columns(client: &Client, oid: u32) -> Result<Vec<PgColumn>> {
-    // Domains are read as their base type (binary COPY sends the base type's form).
+async fn relation_columns(
+    client: &Client,
+    oid: u32,
+) -> Result<(Vec<PgColumn>, Vec<ColumnEstimate>)> {
+    // Domains are read as their base type (binary COPY sends the base type's form). A
+    // partitioned table's statistics are those of the whole tree (`inherited`).
     let rows = client
         .query(
             "SELECT a.attname::text, bt.oid, \
                     CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
                     bt.typname::text, bt.typtype = 'e', \
-                    et.oid, et.typname::text, coalesce(et.typtype = 'e', false) \
+                    et.oid, et.typname::text, coalesce(et.typtype = 'e', false), \
+                    s.null_frac::float8, s.n_distinct::float8, s.avg_width::int4 \
              FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
              JOIN pg_catalog.pg_type bt \
                ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
              LEFT JOIN pg_catalog.pg_type et \
                ON et.oid = bt.typelem AND bt.typcategory = 'A' \
+             LEFT JOIN pg_catalog.pg_stats s \
+               ON s.schemaname = n.nspname AND s.tablename = c.relname \
+              AND s.attname = a.attname AND s.inherited = (c.relkind = 'p') \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
              ORDER BY a.attnum",
             &[&oid],
@@ -135,6 +173,7 @@ async fn relation_columns(client: &Client, oid: u32) -> Result<Vec<PgColumn>> {
         .await
         .map_err(|e| PostgresError::server("reading a table's columns", &e))?;
     let mut columns = Vec::with_capacity(rows.len());
+    let mut estimates = Vec::with_capacity(rows.len());
     for row in rows {
         let typmod: i32 = row.get(2);
         let element = row.get::<_, Option<u32>>(5).map(|oid| {
@@ -157,8 +196,13 @@ async fn relation_columns(client: &Client, oid: u32) -> Result<Vec<PgColumn>> {
             name: row.get(0),
             pg_type: PgType::from_info(&info),
         });
+        estimates.push(ColumnEstimate {
+            null_frac: row.get(8),
+            n_distinct: row.get(9),
+            avg_width: row.get(10),
+        });
     }
-    Ok(columns)
+    Ok((columns, estimates))
 }
 
 /// The columns a query returns, as the server describes them when preparing it.
@@ -206,6 +250,8 @@ pub struct Heap {
     /// Current size in pages: the larger of `relpages` (the planner's estimate) and the file
     /// size, so a table never analyzed is still split.
     pub pages: u64,
+    /// `reltuples`: the planner's row estimate, `None` when never analyzed or vacuumed.
+    pub tuples: Option<f64>,
 }
 
 /// The heaps behind a relation: itself, or for a partitioned table its leaf partitions.
@@ -213,7 +259,8 @@ pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
     let sql = if relation.kind == RelationKind::Partitioned {
         "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
                 greatest(c.relpages::int8, pg_catalog.pg_relation_size(c.oid) \
-                         / current_setting('block_size')::int8) \
+                         / current_setting('block_size')::int8), \
+                c.reltuples::float8 \
          FROM pg_catalog.pg_partition_tree($1::oid::regclass) p \
          JOIN pg_catalog.pg_class c ON c.oid = p.relid \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -221,7 +268,8 @@ pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
     } else {
         "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
                 greatest(c.relpages::int8, pg_catalog.pg_relation_size(c.oid) \
-                         / current_setting('block_size')::int8) \
+                         / current_setting('block_size')::int8), \
+                c.reltuples::float8 \
          FROM pg_catalog.pg_class c \
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE c.oid = $1"
@@ -234,13 +282,26 @@ pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
         .iter()
         .filter_map(|row| {
             let kind = RelationKind::from_relkind(&row.get::<_, String>(2))?;
+            let pages = row.get::<_, i64>(3).max(0) as u64;
+            let tuples = row.get::<_, f64>(4);
             Some(Heap {
                 qualified: qualified_name(&row.get::<_, String>(0), &row.get::<_, String>(1)),
                 kind,
-                pages: row.get::<_, i64>(3).max(0) as u64,
+                pages,
+                // -1 (PostgreSQL 14+), or 0 for a heap with pages (older), is "never counted".
+                tuples: (tuples > 0.0 || (tuples == 0.0 && pages == 0)).then_some(tuples),
             })
         })
         .collect())
+}
+
+/// `server_version_num`, e.g. 160004.
+pub async fn server_version(client: &Client) -> Result<i64> {
+    Ok(client
+        .query_one("SELECT current_setting('server_version_num')::int8", &[])
+        .await
+        .map_err(|e| PostgresError::server("reading the server version", &e))?
+        .get(0))
 }
 
 /// The top node of the plan Postgres would use for `select`, with its row estimate: the

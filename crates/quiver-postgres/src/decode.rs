@@ -332,11 +332,6 @@ impl<'a> Reader<'a> {
         let raw: [u8; 4] = self.take(4)?.try_into().map_err(|_| "a value ends early")?;
         Ok(i32::from_be_bytes(raw))
     }
-
-    fn i16(&mut self) -> Result<i16, String> {
-        let raw: [u8; 2] = self.take(2)?.try_into().map_err(|_| "a value ends early")?;
-        Ok(i16::from_be_bytes(raw))
-    }
 }
 
 fn fixed<const N: usize>(bytes: &[u8], type_name: &str) -> Result<[u8; N], String> {
@@ -376,12 +371,18 @@ fn format_uuid(raw: &[u8; 16]) -> [u8; 36] {
 /// `numeric_send`: ndigits, weight, sign, dscale (all 16-bit), then `ndigits` base-10000
 /// digits; the value is Σ digit[i] × 10000^(weight − i). Returns it scaled by 10^`scale`,
 /// failing (never rounding) when that is not an exact integer or does not fit.
+///
+/// Hot: lineitem alone has four numeric columns. Values of up to four digits (below 10^16,
+/// every `numeric(p, s)` with p ≤ 16 in practice) are assembled in `u64` and rescaled by a
+/// power of ten from a table; only wider values take the checked `i128` path, whose
+/// division is a library call.
 pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
-    let mut reader = Reader { bytes, at: 0 };
-    let ndigits = reader.i16()?;
-    let weight = reader.i16()? as i32;
-    let sign = reader.i16()? as u16;
-    let _dscale = reader.i16()?;
+    let Some((header, digits)) = bytes.split_first_chunk::<8>() else {
+        return Err("a value ends early".into());
+    };
+    let ndigits = i16::from_be_bytes([header[0], header[1]]);
+    let weight = i16::from_be_bytes([header[2], header[3]]) as i32;
+    let sign = u16::from_be_bytes([header[4], header[5]]);
     match sign {
         0x0000 | 0x4000 => {}
         0xC000 => return Err("NaN cannot be stored in a decimal column".into()),
@@ -389,10 +390,74 @@ pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
         other => return Err(format!("invalid numeric sign {other:#06x}")),
     }
     let ndigits = usize::try_from(ndigits).map_err(|_| "negative numeric digit count")?;
-    let overflow = || "numeric value does not fit in a 38-digit decimal".to_string();
+    match digits.len().cmp(&(2 * ndigits)) {
+        std::cmp::Ordering::Less => return Err("a value ends early".into()),
+        std::cmp::Ordering::Greater => return Err("trailing bytes after a numeric value".into()),
+        std::cmp::Ordering::Equal => {}
+    }
+    // `value` is the number × 10^(4 × (ndigits − 1 − weight)); rescale to 10^scale.
+    let exponent = scale as i32 - 4 * (ndigits as i32 - 1 - weight);
+    let value = if ndigits <= 4 {
+        let mut value: u64 = 0;
+        for pair in digits.chunks_exact(2) {
+            let digit = u16::from_be_bytes([pair[0], pair[1]]);
+            if digit >= 10_000 {
+                return Err(format!("invalid numeric digit {}", digit as i16));
+            }
+            value = value * 10_000 + u64::from(digit);
+        }
+        rescale_u64(value, exponent, scale)?
+    } else {
+        rescale_i128(digits, exponent, scale)?
+    };
+    Ok(if sign == 0x4000 { -value } else { value })
+}
+
+/// 10^0 ..= 10^19, every power of ten a `u64` holds.
+const POW10_U64: [u64; 20] = {
+    let mut table = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        table[i] = table[i - 1] * 10;
+        i += 1;
+    }
+    table
+};
+
+fn overflow() -> String {
+    "numeric value does not fit in a 38-digit decimal".to_string()
+}
+
+fn too_many_decimals(scale: i8) -> String {
+    format!("numeric value has more than {scale} decimal digits")
+}
+
+/// `value × 10^exponent` for `value` < 10^16, exactly.
+fn rescale_u64(value: u64, exponent: i32, scale: i8) -> Result<i128, String> {
+    if value == 0 {
+        return Ok(0);
+    }
+    if exponent >= 0 {
+        let factor = 10i128.checked_pow(exponent as u32).ok_or_else(overflow)?;
+        return i128::from(value).checked_mul(factor).ok_or_else(overflow);
+    }
+    let divisor = usize::try_from(-exponent)
+        .ok()
+        .and_then(|k| POW10_U64.get(k))
+        .copied()
+        // 10^20 and beyond exceed any value below 10^16: the remainder is never zero.
+        .ok_or_else(|| too_many_decimals(scale))?;
+    if !value.is_multiple_of(divisor) {
+        return Err(too_many_decimals(scale));
+    }
+    Ok(i128::from(value / divisor))
+}
+
+/// The general case: up to 38 digits in `i128`, every step checked.
+fn rescale_i128(digits: &[u8], exponent: i32, scale: i8) -> Result<i128, String> {
     let mut value: i128 = 0;
-    for _ in 0..ndigits {
-        let digit = reader.i16()?;
+    for pair in digits.chunks_exact(2) {
+        let digit = i16::from_be_bytes([pair[0], pair[1]]);
         if !(0..10_000).contains(&digit) {
             return Err(format!("invalid numeric digit {digit}"));
         }
@@ -401,28 +466,17 @@ pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
             .and_then(|v| v.checked_add(digit as i128))
             .ok_or_else(overflow)?;
     }
-    if reader.at != bytes.len() {
-        return Err("trailing bytes after a numeric value".into());
+    if value == 0 {
+        return Ok(0);
     }
-    // `value` is the number × 10^(4 × (ndigits − 1 − weight)); rescale to 10^scale.
-    let exponent = scale as i32 - 4 * (ndigits as i32 - 1 - weight);
-    if value != 0 {
-        if exponent >= 0 {
-            let factor = 10i128.checked_pow(exponent as u32).ok_or_else(overflow)?;
-            value = value.checked_mul(factor).ok_or_else(overflow)?;
-        } else {
-            let divisor = 10i128.checked_pow((-exponent) as u32);
-            match divisor {
-                Some(divisor) if value % divisor == 0 => value /= divisor,
-                _ => {
-                    return Err(format!(
-                        "numeric value has more than {scale} decimal digits"
-                    ))
-                }
-            }
-        }
+    if exponent >= 0 {
+        let factor = 10i128.checked_pow(exponent as u32).ok_or_else(overflow)?;
+        return value.checked_mul(factor).ok_or_else(overflow);
     }
-    Ok(if sign == 0x4000 { -value } else { value })
+    match 10i128.checked_pow((-exponent) as u32) {
+        Some(divisor) if value % divisor == 0 => Ok(value / divisor),
+        _ => Err(too_many_decimals(scale)),
+    }
 }
 
 /// Decodes rows into one builder per column and cuts them into record batches.
@@ -521,6 +575,87 @@ mod tests {
             "overflow"
         );
         assert!(numeric_to_i128(&[0, 1], 2).is_err(), "truncated");
+    }
+
+    /// `numeric_send` of `unscaled / 10^dscale`, digits aligned on the decimal point and
+    /// stripped of leading and trailing zero digits, as Postgres sends them.
+    fn numeric_of(unscaled: i128, dscale: u32) -> Vec<u8> {
+        let negative = unscaled < 0;
+        let mut magnitude = unscaled.unsigned_abs();
+        // Align the fraction to whole base-10000 digits.
+        let pad = (4 - dscale % 4) % 4;
+        magnitude *= 10u128.pow(pad);
+        let fraction_digits = ((dscale + pad) / 4) as i32;
+        let mut digits = Vec::new();
+        while magnitude > 0 {
+            digits.push((magnitude % 10_000) as i16);
+            magnitude /= 10_000;
+        }
+        digits.reverse();
+        let mut weight = digits.len() as i32 - 1 - fraction_digits;
+        while digits.first() == Some(&0) {
+            digits.remove(0);
+            weight -= 1;
+        }
+        while digits.last() == Some(&0) {
+            digits.pop();
+        }
+        if digits.is_empty() {
+            weight = 0;
+        }
+        numeric(
+            weight as i16,
+            if negative { 0x4000 } else { 0 },
+            dscale as i16,
+            &digits,
+        )
+    }
+
+    #[test]
+    fn numeric_fast_and_wide_paths_agree_with_the_definition() {
+        let values: [i128; 12] = [
+            1,
+            -7,
+            5,
+            100,
+            1_234_567,
+            -9_999_999_999_999_999,
+            10_000_000_000_000_000,
+            123_456_789_012_345_678_901,
+            -99_999_999_999_999_999_999_999_999_999_999_999,
+            4_000_000,
+            1_000_000_000_000_000_000,
+            0,
+        ];
+        for value in values {
+            for dscale in [0u32, 1, 2, 4, 5, 9] {
+                let bytes = numeric_of(value, dscale);
+                for scale in [dscale as i8, dscale as i8 + 3] {
+                    let expected = value.checked_mul(10i128.pow(scale as u32 - dscale));
+                    match expected.filter(|v| v.unsigned_abs() < 10u128.pow(38)) {
+                        Some(expected) => assert_eq!(
+                            numeric_to_i128(&bytes, scale),
+                            Ok(expected),
+                            "{value} / 10^{dscale} at scale {scale}"
+                        ),
+                        None => assert!(numeric_to_i128(&bytes, scale).is_err()),
+                    }
+                }
+                if dscale > 0 && value % 10 != 0 {
+                    assert!(
+                        numeric_to_i128(&bytes, dscale as i8 - 1).is_err(),
+                        "{value} / 10^{dscale} rounds at scale {}",
+                        dscale - 1
+                    );
+                }
+            }
+        }
+        // A tiny value far right of the point, at a small scale: never silently zero.
+        assert!(numeric_to_i128(&numeric(-8, 0, 32, &[1]), 2).is_err());
+        assert!(
+            numeric_to_i128(&numeric(0, 0, 0, &[1, 2]), 2).is_err(),
+            "rounds"
+        );
     }
 
     #[test]

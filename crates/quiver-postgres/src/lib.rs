@@ -8,7 +8,11 @@
 //! * a scan is split into ctid page ranges read in parallel on a pool of connections that all
 //!   import one exported snapshot per query ([`scan`], [`snapshot`]);
 //! * projections always, and filters where Postgres evaluates them exactly as quiver would, are
-//!   pushed into the generated SQL, through one quoting helper ([`sql`]);
+//!   pushed into the generated SQL, through one quoting helper ([`sql`]); so are the key lists
+//!   and ranges a hash join learns from its build side while the query runs
+//!   ([`runtime_filter`]);
+//! * each scan reports the server's row and distinct-count estimates as DataFusion statistics,
+//!   so join order and build sides follow the data ([`scan`], [`catalog`]);
 //! * a database can be attached as a catalog ([`attach`]) and written to with binary
 //!   `COPY ... FROM STDIN` in one transaction ([`copy_in`]).
 //!
@@ -22,6 +26,7 @@ pub mod copy_in;
 pub mod decode;
 pub mod error;
 pub mod functions;
+pub mod runtime_filter;
 pub mod scan;
 pub mod snapshot;
 pub mod sql;

@@ -7,6 +7,12 @@
 //! would answer from an index. Execution deals the tasks round-robin to
 //! `min(connections, tasks)` output partitions; each partition reads its tasks one after the
 //! other on one connection of the query's [`SnapshotPool`], decoding straight into Arrow.
+//!
+//! Planning also estimates the rows (the Postgres planner's estimate under the pushed filter,
+//! else `reltuples`) and hands them, with `pg_stats` distinct counts, to DataFusion as
+//! statistics. A partition starts its COPY on its first poll rather than at `execute`, so a
+//! hash join above it has published its build side's keys by then; they are added to the
+//! `WHERE` ([`crate::runtime_filter`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,6 +21,8 @@ use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use bytes::{Buf, BytesMut};
 use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::error::{DataFusionError, Result as DFResult};
@@ -24,20 +32,30 @@ use datafusion::logical_expr::TableType;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-    SendableRecordBatchStream,
+    SendableRecordBatchStream, Statistics,
 };
 use futures::StreamExt;
 use tokio::sync::mpsc::Sender;
 
 use crate::binary_copy::{CopyFormatError, CopyParser};
-use crate::catalog::{describe_query, describe_relation, heaps, planner_choice, Relation};
+use crate::catalog::{
+    describe_query, describe_relation, heaps, planner_choice, server_version, Relation,
+};
 use crate::connection::ConnectTarget;
 use crate::copy_in::PostgresSink;
 use crate::decode::BatchDecoder;
 use crate::error::{PostgresError, Result};
+use crate::runtime_filter::superset_sql;
 use crate::snapshot::{snapshot_for_query, QueryKey, SnapshotPool};
 use crate::sql::{filter_to_sql, quote_ident};
 use crate::types::{PgColumn, PgType};
@@ -171,68 +189,87 @@ impl PostgresTable {
         }
     }
 
+    /// Splits the scan into COPY tasks and estimates its rows. The catalog questions (server
+    /// version, heap sizes, the planner's view of a pushed filter) go out pipelined on one
+    /// connection of the query's snapshot pool, which then stays in the pool to read.
     async fn plan_tasks(
         &self,
+        pool: &Arc<SnapshotPool>,
         select_list: &str,
         conditions: &[String],
         limit: Option<usize>,
-    ) -> Result<(Vec<String>, ScanMode)> {
-        let limit_sql = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
-        let where_sql = |extra: Option<String>| -> String {
-            let all: Vec<String> = extra
-                .into_iter()
-                .chain(conditions.iter().cloned())
-                .collect();
-            if all.is_empty() {
-                String::new()
-            } else {
-                format!(" WHERE {}", all.join(" AND "))
-            }
+    ) -> Result<TaskPlan> {
+        let copy = |from: &str, range: Option<String>| CopyTask {
+            from: from.to_string(),
+            range,
         };
-        let copy = |from: &str, extra: Option<String>| {
-            format!(
-                "COPY (SELECT {select_list} FROM {from}{}{limit_sql}) TO STDOUT (FORMAT binary)",
-                where_sql(extra)
-            )
+        let single = |sql: CopyTask, mode: ScanMode| TaskPlan {
+            tasks: vec![sql],
+            mode,
+            rows: None,
+            table_rows: None,
         };
         let relation = match &self.source {
             ScanSource::Query(sql) => {
                 let from = format!("({sql}) AS quiver_query");
-                return Ok((vec![copy(&from, None)], ScanMode::Single("a query")));
+                return Ok(single(copy(&from, None), ScanMode::Single("a query")));
             }
             ScanSource::Relation(relation) => relation,
         };
         let from = relation.qualified();
         if limit.is_some() {
-            return Ok((vec![copy(&from, None)], ScanMode::Single("LIMIT")));
+            return Ok(single(copy(&from, None), ScanMode::Single("LIMIT")));
         }
         if !(relation.kind.has_pages()
             || relation.kind == crate::catalog::RelationKind::Partitioned)
         {
-            return Ok((
-                vec![copy(&from, None)],
+            return Ok(single(
+                copy(&from, None),
                 ScanMode::Single(relation.kind.describe()),
             ));
         }
-        let client = self.target.connect().await?;
-        let version: i64 = client
-            .query_one("SELECT current_setting('server_version_num')::int8", &[])
-            .await
-            .map_err(|e| PostgresError::server("reading the server version", &e))?
-            .get(0);
+        let connection = pool.acquire().await?;
+        let client = connection.client()?;
+        let select = format!(
+            "SELECT {select_list} FROM {from} WHERE {}",
+            conditions.join(" AND ")
+        );
+        let choice = async {
+            if conditions.is_empty() {
+                Ok(None)
+            } else {
+                planner_choice(client, &select).await.map(Some)
+            }
+        };
+        let (version, heaps, choice) =
+            futures::try_join!(server_version(client), heaps(client, relation), choice)?;
+        drop(connection);
+        let table_rows = heaps
+            .iter()
+            .map(|heap| heap.tuples)
+            .sum::<Option<f64>>()
+            .filter(|_| !heaps.is_empty());
+        let rows = match &choice {
+            Some(choice) => Some(choice.rows).filter(|rows| rows.is_finite()),
+            None => table_rows,
+        };
+        let estimated = |sql: CopyTask, mode: ScanMode| TaskPlan {
+            tasks: vec![sql],
+            mode,
+            rows,
+            table_rows,
+        };
         if version < 140_000 {
             // TID range scans arrived in PostgreSQL 14; before, every range would scan it all.
-            return Ok((
-                vec![copy(&from, None)],
+            return Ok(estimated(
+                copy(&from, None),
                 ScanMode::Single("server older than PostgreSQL 14"),
             ));
         }
-        if !conditions.is_empty() && relation.kind.has_pages() {
-            let select = format!("SELECT {select_list} FROM {from}{}", where_sql(None));
-            let choice = planner_choice(&client, &select).await?;
-            if choice.uses_index() {
-                return Ok((
-                    vec![copy(&from, None)],
+        if let Some(choice) = choice {
+            if choice.uses_index() && relation.kind.has_pages() {
+                return Ok(estimated(
+                    copy(&from, None),
                     ScanMode::Index {
                         node: choice.node,
                         rows: choice.rows,
@@ -240,7 +277,6 @@ impl PostgresTable {
                 ));
             }
         }
-        let heaps = heaps(&client, relation).await?;
         let per_task = self.options.pages_per_task.max(1);
         let mut tasks = Vec::new();
         for heap in &heaps {
@@ -265,13 +301,93 @@ impl PostgresTable {
             // A partitioned table without partitions.
             tasks.push(copy(&from, None));
         }
-        Ok((
+        Ok(TaskPlan {
             tasks,
-            ScanMode::CtidRanges {
+            mode: ScanMode::CtidRanges {
                 heaps: heaps.len(),
                 pages_per_task: per_task,
             },
-        ))
+            rows,
+            table_rows,
+        })
+    }
+
+    /// DataFusion's view of the scan's output: the row estimate of [`TaskPlan`], each column's
+    /// NULL fraction and distinct count from `pg_stats`, and a byte size from the Arrow widths.
+    /// Its join selection puts the smaller side on the build side and joins small inputs
+    /// without repartitioning only when it has these; without them it keeps the SQL's order,
+    /// which in TPC-H builds hash tables of all of lineitem.
+    fn statistics(&self, projection: &[usize], plan: &TaskPlan) -> Statistics {
+        let schema = Schema::new(
+            projection
+                .iter()
+                .filter_map(|i| self.columns.get(*i))
+                .map(PgColumn::field)
+                .collect::<Vec<_>>(),
+        );
+        let mut statistics = Statistics::new_unknown(&schema);
+        let Some(rows) = plan.rows.filter(|rows| *rows >= 0.0) else {
+            return statistics;
+        };
+        let estimates = self
+            .relation()
+            .map(|relation| relation.estimates.as_slice())
+            .unwrap_or_default();
+        let mut width = 0.0;
+        for (column, index) in statistics.column_statistics.iter_mut().zip(projection) {
+            let estimate = estimates.get(*index).copied().unwrap_or_default();
+            let Some(pg_column) = self.columns.get(*index) else {
+                continue;
+            };
+            let column_width = arrow_width(&pg_column.pg_type, estimate.avg_width);
+            width += column_width;
+            column.byte_size = Precision::Inexact((column_width * rows) as usize);
+            if let Some(null_frac) = estimate.null_frac {
+                column.null_count = Precision::Inexact((null_frac * rows) as usize);
+            }
+            let table_rows = plan.table_rows.unwrap_or(rows);
+            if let Some(distinct) = estimate.distinct(table_rows) {
+                column.distinct_count = Precision::Inexact(distinct.min(rows.max(1.0)) as usize);
+            }
+        }
+        statistics.num_rows = Precision::Inexact(rows as usize);
+        statistics.total_byte_size = Precision::Inexact((width * rows) as usize);
+        statistics
+    }
+}
+
+/// One `COPY`: a relation (or query), and the ctid range of it to read.
+#[derive(Debug, Clone)]
+struct CopyTask {
+    from: String,
+    range: Option<String>,
+}
+
+/// The tasks of one scan and what the server estimates it returns.
+#[derive(Debug)]
+struct TaskPlan {
+    tasks: Vec<CopyTask>,
+    mode: ScanMode,
+    /// Rows the scan returns: the planner's estimate under the pushed filter, else the
+    /// table's `reltuples`; `None` when unknown (views, queries, LIMIT, never analyzed).
+    rows: Option<f64>,
+    /// Rows in the whole relation (`reltuples`), which Postgres's negative `n_distinct` scales.
+    table_rows: Option<f64>,
+}
+
+/// Bytes per value in Arrow: the fixed width, or for variable-width types the average from
+/// `pg_stats` (else a guess) plus the 4-byte offset.
+fn arrow_width(pg_type: &PgType, avg_width: Option<i32>) -> f64 {
+    match pg_type {
+        PgType::Bool => 1.0,
+        PgType::Int2 => 2.0,
+        PgType::Int4 | PgType::Float4 | PgType::Date => 4.0,
+        PgType::Int8 | PgType::Float8 | PgType::Time | PgType::Timestamp | PgType::TimestampTz => {
+            8.0
+        }
+        PgType::Numeric { .. } | PgType::Interval => 16.0,
+        PgType::Enum => 4.0,
+        _ => f64::from(avg_width.unwrap_or(32).max(0)) + 4.0,
     }
 }
 
@@ -423,15 +539,6 @@ impl TableProvider for PostgresTable {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let (tasks, mode) = self
-            .plan_tasks(&select_list, &conditions, limit)
-            .await
-            .map_err(PostgresError::into_datafusion)?;
-        let connections = self
-            .options
-            .connections
-            .unwrap_or_else(|| state.config().target_partitions())
-            .max(1);
         let key = QueryKey {
             target: self.target.describe(),
             session_id: state.session_id().to_string(),
@@ -442,6 +549,25 @@ impl TableProvider for PostgresTable {
                 .unwrap_or(0),
         };
         let pool = snapshot_for_query(key, &self.target);
+        let plan = self
+            .plan_tasks(&pool, &select_list, &conditions, limit)
+            .await
+            .map_err(PostgresError::into_datafusion)?;
+        let all: Vec<usize>;
+        let projected = match projection {
+            Some(indices) => indices.as_slice(),
+            None => {
+                all = (0..self.columns.len()).collect();
+                &all
+            }
+        };
+        let statistics = self.statistics(projected, &plan);
+        let TaskPlan { tasks, mode, .. } = plan;
+        let connections = self
+            .options
+            .connections
+            .unwrap_or_else(|| state.config().target_partitions())
+            .max(1);
         let schema = Arc::new(Schema::new(
             columns.iter().map(PgColumn::field).collect::<Vec<_>>(),
         ));
@@ -450,14 +576,18 @@ impl TableProvider for PostgresTable {
                 target: self.target.describe(),
                 source: self.describe_source(),
                 types: columns.iter().map(|c| c.pg_type.clone()).collect(),
+                select_list,
                 tasks,
                 mode,
                 filter: (!conditions.is_empty()).then(|| conditions.join(" AND ")),
+                conditions,
                 limit,
+                columns,
             },
             schema,
             connections,
             pool,
+            Arc::new(statistics),
         )))
     }
 }
@@ -468,10 +598,41 @@ struct ScanPlan {
     target: String,
     source: String,
     types: Vec<PgType>,
-    tasks: Vec<String>,
+    select_list: String,
+    tasks: Vec<CopyTask>,
     mode: ScanMode,
     filter: Option<String>,
+    /// The pushed filters, as Postgres conditions.
+    conditions: Vec<String>,
     limit: Option<usize>,
+    /// The columns read, in output order (runtime filters name them by position).
+    columns: Vec<PgColumn>,
+}
+
+impl ScanPlan {
+    /// The `COPY` statement of `task`, with the conditions of run-time filters added.
+    fn copy_sql(&self, task: &CopyTask, runtime: &[String]) -> String {
+        let conditions: Vec<&str> = task
+            .range
+            .iter()
+            .chain(&self.conditions)
+            .chain(runtime)
+            .map(String::as_str)
+            .collect();
+        let where_sql = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let limit_sql = self
+            .limit
+            .map(|n| format!(" LIMIT {n}"))
+            .unwrap_or_default();
+        format!(
+            "COPY (SELECT {} FROM {}{where_sql}{limit_sql}) TO STDOUT (FORMAT binary)",
+            self.select_list, task.from
+        )
+    }
 }
 
 /// Reads a Postgres table or query through binary COPY, in parallel on one snapshot.
@@ -482,10 +643,22 @@ pub struct PostgresScanExec {
     partitions: usize,
     pool: Arc<SnapshotPool>,
     properties: Arc<PlanProperties>,
+    statistics: Arc<Statistics>,
+    /// Filters DataFusion publishes while the query runs (a hash join's build-side keys),
+    /// added to the COPY when the scan starts ([`crate::runtime_filter`]).
+    runtime_filters: Vec<Arc<dyn PhysicalExpr>>,
+    /// `output_rows` per partition, for EXPLAIN ANALYZE.
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl PostgresScanExec {
-    fn new(plan: ScanPlan, schema: SchemaRef, connections: usize, pool: Arc<SnapshotPool>) -> Self {
+    fn new(
+        plan: ScanPlan,
+        schema: SchemaRef,
+        connections: usize,
+        pool: Arc<SnapshotPool>,
+        statistics: Arc<Statistics>,
+    ) -> Self {
         let partitions = connections.min(plan.tasks.len()).max(1);
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -499,12 +672,19 @@ impl PostgresScanExec {
             partitions,
             pool,
             properties: Arc::new(properties),
+            statistics,
+            runtime_filters: Vec::new(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
-    /// The COPY statements this scan runs, in task order.
-    pub fn tasks(&self) -> &[String] {
-        &self.plan.tasks
+    /// The COPY statements this scan runs, in task order (without run-time filters).
+    pub fn tasks(&self) -> Vec<String> {
+        self.plan
+            .tasks
+            .iter()
+            .map(|task| self.plan.copy_sql(task, &[]))
+            .collect()
     }
 }
 
@@ -528,9 +708,12 @@ impl DisplayAs for PostgresScanExec {
                 if let Some(limit) = plan.limit {
                     write!(f, ", limit={limit}")?;
                 }
+                if !self.runtime_filters.is_empty() {
+                    write!(f, ", runtime filters={}", self.runtime_filters.len())?;
+                }
                 if t == DisplayFormatType::Verbose {
                     if let Some(first) = plan.tasks.first() {
-                        write!(f, ", first task={first}")?;
+                        write!(f, ", first task={}", plan.copy_sql(first, &[]))?;
                     }
                 }
                 Ok(())
@@ -557,11 +740,71 @@ impl ExecutionPlan for PostgresScanExec {
         Vec::new()
     }
 
+    /// Shows the runtime filters, so a hash join sees it has a consumer for them.
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
     ) -> DFResult<TreeNodeRecursion> {
+        for filter in &self.runtime_filters {
+            if f(filter)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
         Ok(TreeNodeRecursion::Continue)
+    }
+
+    /// Takes the filters DataFusion pushes after planning (`Post` phase: dynamic filters of
+    /// hash joins, TopK and aggregates) to add to the COPY once they are known. Reported as
+    /// not pushed: the scan applies a looser form, or none, so the producer keeps its own.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> DFResult<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result
+            .parent_filters
+            .into_iter()
+            .map(|result| result.filter)
+            .collect();
+        let unsupported = vec![PushedDown::No; filters.len()];
+        if phase != FilterPushdownPhase::Post || filters.is_empty() {
+            return Ok(FilterPushdownPropagation::with_parent_pushdown_result(
+                unsupported,
+            ));
+        }
+        let mut runtime_filters = self.runtime_filters.clone();
+        runtime_filters.extend(filters);
+        let updated = PostgresScanExec {
+            plan: Arc::clone(&self.plan),
+            schema: Arc::clone(&self.schema),
+            partitions: self.partitions,
+            pool: Arc::clone(&self.pool),
+            properties: Arc::clone(&self.properties),
+            statistics: Arc::clone(&self.statistics),
+            runtime_filters,
+            metrics: ExecutionPlanMetricsSet::new(),
+        };
+        Ok(
+            FilterPushdownPropagation::with_parent_pushdown_result(unsupported)
+                .with_updated_node(Arc::new(updated) as Arc<dyn ExecutionPlan>),
+        )
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> DFResult<Arc<Statistics>> {
+        Ok(match args.partition() {
+            None => Arc::clone(&self.statistics),
+            // Tasks are dealt round-robin, but ranges differ in live rows: no per-partition claim.
+            Some(_) => Arc::new(Statistics::new_unknown(&self.schema)),
+        })
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 
     fn with_new_children(
@@ -582,31 +825,49 @@ impl ExecutionPlan for PostgresScanExec {
                 self.partitions
             )));
         }
-        // Round-robin: deterministic, so executing a partition twice reads the same tasks.
-        let tasks: Vec<String> = self
-            .plan
-            .tasks
-            .iter()
-            .skip(partition)
-            .step_by(self.partitions)
-            .cloned()
-            .collect();
         let batch_size = context.session_config().batch_size().max(1);
-        let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&self.schema), 2);
-        let tx = builder.tx();
-        let reader = TaskReader {
-            pool: Arc::clone(&self.pool),
-            plan: Arc::clone(&self.plan),
-            schema: Arc::clone(&self.schema),
-            batch_size,
+        let plan = Arc::clone(&self.plan);
+        let pool = Arc::clone(&self.pool);
+        let schema = Arc::clone(&self.schema);
+        let filters = self.runtime_filters.clone();
+        let partitions = self.partitions;
+        let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        // The COPY starts on the first poll, not here: a hash join polls its probe side only
+        // after its build side is complete and its runtime filter published.
+        let start = async move {
+            let runtime: Vec<String> = filters
+                .iter()
+                .filter_map(|filter| superset_sql(filter, &plan.columns))
+                .collect();
+            // Round-robin: deterministic, so executing a partition twice reads the same tasks.
+            let tasks: Vec<String> = plan
+                .tasks
+                .iter()
+                .skip(partition)
+                .step_by(partitions)
+                .map(|task| plan.copy_sql(task, &runtime))
+                .collect();
+            let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&schema), 2);
+            let tx = builder.tx();
+            let reader = TaskReader {
+                pool,
+                plan,
+                schema,
+                batch_size,
+                output_rows,
+            };
+            builder.spawn(async move {
+                reader
+                    .run(tasks, tx)
+                    .await
+                    .map_err(PostgresError::into_datafusion)
+            });
+            builder.build()
         };
-        builder.spawn(async move {
-            reader
-                .run(tasks, tx)
-                .await
-                .map_err(PostgresError::into_datafusion)
-        });
-        Ok(builder.build())
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            futures::stream::once(start).flatten(),
+        )))
     }
 }
 
@@ -617,6 +878,7 @@ struct TaskReader {
     plan: Arc<ScanPlan>,
     schema: SchemaRef,
     batch_size: usize,
+    output_rows: Count,
 }
 
 /// Whether the consumer still wants batches.
@@ -675,6 +937,7 @@ impl TaskReader {
                 let batch = decoder
                     .finish_batch()
                     .map_err(|e| self.conversion(0, e.to_string()))?;
+                self.output_rows.add(batch.num_rows());
                 if tx.send(Ok(batch)).await.is_err() {
                     return Ok(());
                 }
@@ -706,6 +969,7 @@ impl TaskReader {
             let batch = decoder
                 .finish_batch()
                 .map_err(|e| self.conversion(0, e.to_string()))?;
+            self.output_rows.add(batch.num_rows());
             if tx.send(Ok(batch)).await.is_err() {
                 return Ok(Flow::Stop);
             }

@@ -8,6 +8,7 @@
 //!
 //! The exporting transaction must stay open while others import, so the exporting connection
 //! stays in the pool — it reads tasks like any other — until the query's plan is dropped.
+//! Scans plan on a connection of the pool too (their catalog questions then see the snapshot).
 //! Connections are opened on demand and returned to the pool only after a COPY ended cleanly;
 //! one dropped in the middle of a COPY (an error, LIMIT satisfied, Ctrl-C) is closed, and the
 //! server is sent a cancel request so it stops the COPY at once.
@@ -39,7 +40,7 @@ fn registry() -> &'static Registry {
 }
 
 /// The snapshot pool of the query `key`: the one its other scans already use, or a new one.
-/// Nothing connects until a scan runs.
+/// Nothing connects until a scan plans or runs.
 pub fn snapshot_for_query(key: QueryKey, target: &ConnectTarget) -> Arc<SnapshotPool> {
     let Ok(mut map) = registry().lock() else {
         // A poisoned registry only loses sharing, never correctness of one scan.

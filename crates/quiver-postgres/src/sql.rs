@@ -181,29 +181,35 @@ impl Translator<'_> {
     }
 
     fn check(&self, column: &PgColumn, ordered: bool) -> Option<()> {
-        let comparable = match column.pg_type {
-            PgType::Bool
-            | PgType::Int2
-            | PgType::Int4
-            | PgType::Int8
-            | PgType::Float4
-            | PgType::Float8
-            | PgType::Numeric { .. }
-            | PgType::Date
-            | PgType::Time
-            | PgType::Timestamp
-            | PgType::TimestampTz => Comparable::Ordered,
-            PgType::Text => Comparable::Equality,
-            _ => Comparable::NullOnly,
-        };
-        match (comparable, ordered) {
-            (Comparable::Ordered, _) | (Comparable::Equality, false) => Some(()),
-            _ => None,
-        }
+        pushable(column, ordered)
     }
 }
 
-fn is_numeric(data_type: &DataType) -> bool {
+/// Whether a condition on `column` means the same in Postgres as in quiver: any comparison
+/// (`ordered`) or only equality.
+pub(crate) fn pushable(column: &PgColumn, ordered: bool) -> Option<()> {
+    let comparable = match column.pg_type {
+        PgType::Bool
+        | PgType::Int2
+        | PgType::Int4
+        | PgType::Int8
+        | PgType::Float4
+        | PgType::Float8
+        | PgType::Numeric { .. }
+        | PgType::Date
+        | PgType::Time
+        | PgType::Timestamp
+        | PgType::TimestampTz => Comparable::Ordered,
+        PgType::Text => Comparable::Equality,
+        _ => Comparable::NullOnly,
+    };
+    match (comparable, ordered) {
+        (Comparable::Ordered, _) | (Comparable::Equality, false) => Some(()),
+        _ => None,
+    }
+}
+
+pub(crate) fn is_numeric(data_type: &DataType) -> bool {
     data_type.is_integer()
         || data_type.is_floating()
         || matches!(data_type, DataType::Decimal128(..))
@@ -229,7 +235,7 @@ fn literal(expr: &Expr) -> Option<String> {
     scalar_literal(value)
 }
 
-fn scalar_literal(value: &ScalarValue) -> Option<String> {
+pub(crate) fn scalar_literal(value: &ScalarValue) -> Option<String> {
     use arrow::temporal_conversions::date32_to_datetime;
     Some(match value {
         ScalarValue::Boolean(Some(b)) => if *b { "TRUE" } else { "FALSE" }.to_string(),
