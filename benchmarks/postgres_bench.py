@@ -36,8 +36,8 @@ import pathlib
 import re
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -440,7 +440,9 @@ def run(args, source: str) -> None:
                     samples[name].append(fn(args.dsn, args.connections, 1))
                 except Exception as error:  # a peer failing is a result, not a crash
                     print(f"  {name} failed: {error}")
-                print(f"  {name}: {fmt(samples[name][-1] if samples[name] else None)} s", flush=True)
+                print(
+                    f"  {name}: {fmt(samples[name][-1] if samples[name] else None)} s", flush=True
+                )
         scan = {name: best(values) for name, values in samples.items()}
         results["scan"] = scan
         floor = scan["floor (psql binary COPY to /dev/null)"]
