@@ -28,6 +28,7 @@ pub mod session;
 pub mod statement;
 pub mod suggest;
 pub mod table_functions;
+pub mod topk;
 
 pub use datafusion;
 pub use error::{QuiverError, Result};

@@ -221,7 +221,13 @@ impl ErrorContextExec {
         self
     }
 
-    fn rewrap(&self, input: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    /// The wrapped scan.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// Wraps `input` with this node's context and resources.
+    pub fn rewrap(&self, input: Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
         Arc::new(
             ErrorContextExec::new(input, self.context.clone())
                 .with_keep_alive(self.keep_alive.clone()),

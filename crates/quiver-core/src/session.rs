@@ -119,12 +119,14 @@ impl Session {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime.build_arc().map_err(QuiverError::from)?;
-        // quiver's physical rules run after DataFusion's (the small-key GROUP BY path).
+        // quiver's physical rules run after DataFusion's: the small-key GROUP BY path, and Top-K
+        // over wide Parquet scans reading the wide columns late.
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
+            .with_physical_optimizer_rule(Arc::new(crate::topk::TopKThresholdRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
 
