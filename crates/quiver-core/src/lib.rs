@@ -16,6 +16,7 @@
 //! * one typed error ([`QuiverError`]) that names what is wrong.
 
 mod attach;
+pub mod conjunction;
 pub mod database;
 pub mod error;
 pub mod external;

@@ -127,6 +127,7 @@ impl Session {
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
             .with_physical_optimizer_rule(Arc::new(crate::topk::TopKThresholdRule))
+            .with_physical_optimizer_rule(Arc::new(crate::conjunction::ConjunctionFilterRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
 
