@@ -87,11 +87,11 @@ test-rust: postgres ## Rust unit tests, CLI tests and the .slt golden files
 
 .PHONY: slt
 slt: ## Only the .slt golden files (FILTER=name to pick some)
-	$(CARGO) test --profile $(PROFILE) -p quiver-sqllogictest --test sqllogictests -- $(FILTER)
+	$(CARGO) test --profile $(PROFILE) --workspace --test sqllogictests -- $(FILTER)
 
 .PHONY: slt-complete
 slt-complete: ## Rewrite the .slt expected results from quiver's output (review the diff!)
-	$(CARGO) test --profile $(PROFILE) -p quiver-sqllogictest --test sqllogictests -- $(FILTER) --complete
+	$(CARGO) test --profile $(PROFILE) --workspace --test sqllogictests -- $(FILTER) --complete
 
 .PHONY: test-python
 test-python: venv python ## The Python package's pytest suites

@@ -24,6 +24,7 @@ use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::statistics::{ChildStats, StatisticsArgs};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::{Stream, StreamExt};
@@ -309,6 +310,20 @@ impl ExecutionPlan for ErrorContextExec {
         partition: Option<usize>,
     ) -> DFResult<Arc<datafusion::common::Statistics>> {
         self.input.partition_statistics(partition)
+    }
+
+    // DataFusion 55's StatisticsContext asks these; the scan answers only here, so without
+    // them `SELECT count(*)` scanned the file instead of reading its row count.
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<datafusion::common::Statistics>],
+        args: &StatisticsArgs,
+    ) -> DFResult<Arc<datafusion::common::Statistics>> {
+        self.input.statistics_from_inputs(input_stats, args)
+    }
+
+    fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
+        self.input.child_stats_requests(partition)
     }
 
     fn supports_limit_pushdown(&self) -> bool {
