@@ -104,14 +104,28 @@ enum Sums {
     Float64(Vec<f64>),
 }
 
+/// A `sum`/`avg` kernel's slot array and a batch's argument values, for a caller that adds
+/// them in its own per-row loop ([`DirectAccumulator::fused_sums`]).
+pub(crate) enum FusedSums<'a> {
+    Int64(&'a mut [i64], &'a [i64]),
+    UInt64(&'a mut [u64], &'a [u64]),
+    Float64(&'a mut [f64], &'a [f64]),
+}
+
 /// One aggregate's partial state over every slot of the domain.
+///
+/// The rows of each slot are counted once by the caller for all aggregates (`rows`, see
+/// [`DirectAccumulator::state`]); a kernel only records the rows it did *not* count because
+/// their argument was NULL, so a batch without NULLs costs `count` nothing and `sum`/`avg` one
+/// addition per row.
 #[derive(Debug)]
 pub(crate) struct DirectAccumulator {
     kind: DirectKind,
-    /// Rows (or non-NULL values) per slot: `count`'s value, `avg`'s count, and for `sum`
-    /// whether the slot saw a value.
-    counts: Vec<u64>,
+    /// Rows per slot whose argument was NULL; empty until the first NULL.
+    skipped: Vec<u64>,
     sums: Sums,
+    /// Slots in the domain.
+    slots: usize,
 }
 
 impl DirectAccumulator {
@@ -124,8 +138,9 @@ impl DirectAccumulator {
         };
         DirectAccumulator {
             kind,
-            counts: vec![0; slots],
+            skipped: Vec::new(),
             sums,
+            slots,
         }
     }
 
@@ -134,33 +149,74 @@ impl DirectAccumulator {
         self.kind.needs_argument()
     }
 
+    /// Whether [`DirectAccumulator::update`] has anything to do for a batch with this
+    /// argument: `count(*)` never (the caller counts rows), `count(x)` only for NULLs.
+    pub(crate) fn needs_update(&self, argument: Option<&ArrayRef>) -> bool {
+        match (self.kind, argument) {
+            (DirectKind::CountRows, _) | (_, None) => false,
+            (DirectKind::CountValues, Some(argument)) => argument.logical_null_count() > 0,
+            _ => true,
+        }
+    }
+
+    /// The slot sums and the argument's values when this is a `sum`/`avg` whose argument has
+    /// no NULL in the batch, so adding `values[i]` to `sums[slot of row i]` for every row is
+    /// the whole update.
+    pub(crate) fn fused_sums<'a>(&'a mut self, argument: &'a ArrayRef) -> Option<FusedSums<'a>> {
+        if argument.logical_null_count() > 0 {
+            return None;
+        }
+        match (&mut self.sums, argument.data_type()) {
+            (Sums::Int64(sums), DataType::Int64) => Some(FusedSums::Int64(
+                sums,
+                argument.as_primitive::<Int64Type>().values(),
+            )),
+            (Sums::UInt64(sums), DataType::UInt64) => Some(FusedSums::UInt64(
+                sums,
+                argument.as_primitive::<UInt64Type>().values(),
+            )),
+            (Sums::Float64(sums), DataType::Float64) => Some(FusedSums::Float64(
+                sums,
+                argument.as_primitive::<Float64Type>().values(),
+            )),
+            _ => None,
+        }
+    }
+
     /// Adds rows whose slots are `slots` (every one below the domain size, which
     /// `Layout::slots` checked); `argument` is the evaluated argument when
-    /// [`DirectKind::needs_argument`].
+    /// [`DirectKind::needs_argument`]. The caller counts the rows themselves.
     pub(crate) fn update(&mut self, argument: Option<&ArrayRef>, slots: &[usize]) -> Result<()> {
-        let counts = &mut self.counts;
         let Some(argument) = argument.filter(|_| self.kind.needs_argument()) else {
-            for &slot in slots {
-                if let Some(count) = counts.get_mut(slot) {
-                    *count += 1;
-                }
-            }
             return Ok(());
         };
         if argument.len() != slots.len() {
             return internal_err!("small-key aggregation: argument and slots differ in length");
         }
         let nulls = argument.logical_nulls().filter(|n| n.null_count() > 0);
+        if let Some(nulls) = &nulls {
+            if self.skipped.is_empty() {
+                self.skipped = vec![0; self.slots];
+            }
+            for (i, &slot) in slots.iter().enumerate() {
+                if nulls.is_null(i) {
+                    if let Some(skipped) = self.skipped.get_mut(slot) {
+                        *skipped += 1;
+                    }
+                }
+            }
+        }
+        let nulls = nulls.as_ref();
         match (&mut self.sums, argument.data_type()) {
-            (Sums::None, _) => count_values(counts, slots, nulls.as_ref()),
+            (Sums::None, _) => {}
             (Sums::Int64(sums), DataType::Int64) => {
-                add_values::<Int64Type>(sums, counts, slots, argument, nulls.as_ref())
+                add_values::<Int64Type>(sums, slots, argument, nulls)
             }
             (Sums::UInt64(sums), DataType::UInt64) => {
-                add_values::<UInt64Type>(sums, counts, slots, argument, nulls.as_ref())
+                add_values::<UInt64Type>(sums, slots, argument, nulls)
             }
             (Sums::Float64(sums), DataType::Float64) => {
-                add_values::<Float64Type>(sums, counts, slots, argument, nulls.as_ref())
+                add_values::<Float64Type>(sums, slots, argument, nulls)
             }
             (_, other) => {
                 return internal_err!(
@@ -174,10 +230,15 @@ impl DirectAccumulator {
 
     /// The state arrays DataFusion's accumulator would return for `state(EmitTo::All)`, for
     /// groups numbered as DataFusion numbers them: group `g` is slot `slot_of_group[g]`.
-    pub(crate) fn state(self, slot_of_group: &[usize]) -> Result<Vec<ArrayRef>> {
+    /// `rows` holds the rows of every slot, counted by the caller.
+    pub(crate) fn state(self, slot_of_group: &[usize], rows: &[u64]) -> Result<Vec<ArrayRef>> {
         let counts: Vec<u64> = slot_of_group
             .iter()
-            .map(|&slot| self.counts.get(slot).copied().unwrap_or(0))
+            .map(|&slot| {
+                let all = rows.get(slot).copied().unwrap_or(0);
+                let skipped = self.skipped.get(slot).copied().unwrap_or(0);
+                all.saturating_sub(skipped)
+            })
             .collect();
         let seen = NullBuffer::new(BooleanBuffer::collect_bool(counts.len(), |g| counts[g] > 0));
         Ok(match &self.sums {
@@ -209,28 +270,16 @@ fn gather<T: ArrowPrimitiveType>(
     Arc::new(PrimitiveArray::<T>::new(gathered.into(), Some(nulls)))
 }
 
-fn count_values(counts: &mut [u64], slots: &[usize], nulls: Option<&NullBuffer>) {
-    for (i, &slot) in slots.iter().enumerate() {
-        if nulls.is_none_or(|n| n.is_valid(i)) {
-            if let Some(count) = counts.get_mut(slot) {
-                *count += 1;
-            }
-        }
-    }
-}
-
 fn add_values<T: ArrowPrimitiveType>(
     sums: &mut [T::Native],
-    counts: &mut [u64],
     slots: &[usize],
     argument: &ArrayRef,
     nulls: Option<&NullBuffer>,
 ) {
     let values = argument.as_primitive::<T>().values();
     let mut add = |slot: usize, value: T::Native| {
-        if let (Some(sum), Some(count)) = (sums.get_mut(slot), counts.get_mut(slot)) {
+        if let Some(sum) = sums.get_mut(slot) {
             *sum = sum.add_wrapping(value);
-            *count += 1;
         }
     };
     match nulls {

@@ -10,6 +10,17 @@
 //! is reduced through its magnitude (`unsigned_abs`, which also covers `i64::MIN`) and the sign
 //! put back; the divisor's sign never matters.
 
+/// Receives `(row, remainder)` pairs from [`Remainder::for_each_unsigned`] and
+/// [`Remainder::for_each_signed`].
+///
+/// A trait rather than a closure: its implementations mark `remainder` `#[inline(always)]`, so
+/// the per-row work is compiled into each per-method loop. A closure called from several
+/// loops is left out of line by LLVM, which costs a call per row.
+pub trait RemainderSink {
+    /// Row `row`'s remainder.
+    fn remainder(&mut self, row: usize, remainder: i64);
+}
+
 /// How a remainder by one fixed divisor is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Method {
@@ -80,6 +91,49 @@ impl Remainder {
                     let q = (t + ((n - t) >> 1)) >> shift;
                     (n - q * d) as i64
                 }))
+            }
+        }
+    }
+
+    /// Hands `(i, values[i] mod d)` to `sink` for every value, one loop per method, so a
+    /// caller's per-row work fuses with the remainder instead of reading it back from a buffer.
+    #[inline(always)]
+    pub fn for_each_unsigned(&self, values: &[u64], sink: &mut impl RemainderSink) {
+        match self.method {
+            Method::One => (0..values.len()).for_each(|i| sink.remainder(i, 0)),
+            Method::Mask(mask) => {
+                for (i, &n) in values.iter().enumerate() {
+                    sink.remainder(i, (n & mask) as i64)
+                }
+            }
+            Method::Multiply { magic, shift } => {
+                let d = self.divisor;
+                for (i, &n) in values.iter().enumerate() {
+                    let t = ((u128::from(n) * u128::from(magic)) >> 64) as u64;
+                    let q = (t + ((n - t) >> 1)) >> shift;
+                    // Below d ≤ 2^63: fits an i64.
+                    sink.remainder(i, (n - q * d) as i64)
+                }
+            }
+        }
+    }
+
+    /// Hands `(i, values[i] % m)` (the dividend's sign) to `sink` for every value, one loop
+    /// per method.
+    #[inline(always)]
+    pub fn for_each_signed(&self, values: &[i64], sink: &mut impl RemainderSink) {
+        match self.method {
+            Method::One => (0..values.len()).for_each(|i| sink.remainder(i, 0)),
+            Method::Mask(mask) => {
+                for (i, &n) in values.iter().enumerate() {
+                    let r = (n.unsigned_abs() & mask) as i64;
+                    sink.remainder(i, if n < 0 { -r } else { r })
+                }
+            }
+            Method::Multiply { .. } => {
+                for (i, &n) in values.iter().enumerate() {
+                    sink.remainder(i, self.of_signed(n))
+                }
             }
         }
     }
@@ -215,6 +269,34 @@ mod tests {
             rem.signed_into(&signed, &mut out);
             let expected: Vec<i64> = signed.iter().map(|&n| n.wrapping_rem(m)).collect();
             assert_eq!(out, expected, "signed % {m}");
+        }
+    }
+
+    struct Collect(Vec<(usize, i64)>);
+
+    impl RemainderSink for Collect {
+        fn remainder(&mut self, row: usize, remainder: i64) {
+            self.0.push((row, remainder));
+        }
+    }
+
+    #[test]
+    fn per_row_remainders_equal_the_batch_ones() {
+        let unsigned = dividends();
+        let signed: Vec<i64> = unsigned.iter().map(|&n| n as i64).collect();
+        let mut batch = Vec::new();
+        for m in divisors() {
+            let rem = Remainder::new(m).expect("non-zero");
+            rem.unsigned_into(&unsigned, &mut batch);
+            let mut rows = Collect(Vec::new());
+            rem.for_each_unsigned(&unsigned, &mut rows);
+            let expected: Vec<(usize, i64)> = batch.iter().copied().enumerate().collect();
+            assert_eq!(rows.0, expected, "unsigned % {m}");
+            rem.signed_into(&signed, &mut batch);
+            let mut rows = Collect(Vec::new());
+            rem.for_each_signed(&signed, &mut rows);
+            let expected: Vec<(usize, i64)> = batch.iter().copied().enumerate().collect();
+            assert_eq!(rows.0, expected, "signed % {m}");
         }
     }
 

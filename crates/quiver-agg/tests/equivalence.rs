@@ -134,6 +134,16 @@ async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
 const AGGREGATES: &str = "count(*) AS c, count(v) AS cv, sum(v) AS s, min(v) AS lo, max(v) AS hi, \
      avg(f) AS a, sum(f) FILTER (WHERE v > 0) AS sf, bool_or(b) AS any_b";
 
+/// Aggregates that all have direct kernels: the partial phase then numbers groups by slot and,
+/// for one key without NULLs, runs the fused key loop (`count(*)` alone, the first sum or avg
+/// in the loop, the rest after it).
+const DIRECT_AGGREGATES: &[&str] = &[
+    "count(*) AS c, count(v) AS cv, sum(v) AS s, sum(u) AS su, avg(f) AS a, sum(f) AS sf",
+    "avg(f) AS a, count(*) AS c",
+    "count(*) AS c",
+    "sum(u) AS su",
+];
+
 /// (GROUP BY keys, whether the small-key path must be chosen).
 const KEYS: &[(&str, bool)] = &[
     ("k8", true),
@@ -162,8 +172,9 @@ const KEYS: &[(&str, bool)] = &[
 
 async fn check_all(partitions: Vec<Vec<RecordBatch>>, what: &str) {
     let (hash, small) = contexts(partitions);
-    for (keys, expect_small) in KEYS {
-        let sql = format!("SELECT {keys}, {AGGREGATES} FROM t GROUP BY {keys} ORDER BY {keys}");
+    let lists = std::iter::once(AGGREGATES).chain(DIRECT_AGGREGATES.iter().copied());
+    for (aggregates, (keys, expect_small)) in lists.flat_map(|a| KEYS.iter().map(move |k| (a, k))) {
+        let sql = format!("SELECT {keys}, {aggregates} FROM t GROUP BY {keys} ORDER BY {keys}");
         let (expected, hash_plan) = run(&hash, &sql).await;
         let (actual, small_plan) = run(&small, &sql).await;
         assert!(!hash_plan.contains("SmallKeyAggregateExec"));
@@ -192,6 +203,26 @@ async fn random_data_with_nulls_matches_hash_aggregation() {
             .collect();
         check_all(partitions, &format!("seed {seed}")).await;
     }
+}
+
+/// Batches whose key has no NULL run the fused key loop of the direct kernels, the others the
+/// general path; here both mix within one partition, with and without NULLs in the values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_without_null_keys_match_hash_aggregation() {
+    let mut rng = StdRng::seed_from_u64(31);
+    let mut partitions = Vec::new();
+    for _ in 0..2 {
+        let clean = batch(&mut rng, 2000, 0.0, false, false);
+        let mixed = batch(&mut rng, 2000, 0.1, false, false);
+        // NULL-free keys (k8, ku8, k16, b) over values with NULLs.
+        let keys = batch(&mut rng, 2000, 0.0, false, false);
+        let noisy = batch(&mut rng, 2000, 0.1, false, false);
+        let mut columns = noisy.columns().to_vec();
+        columns[..4].clone_from_slice(&keys.columns()[..4]);
+        let clean_keys = RecordBatch::try_new(schema(), columns).expect("batch");
+        partitions.push(vec![clean, mixed, clean_keys]);
+    }
+    check_all(partitions, "NULL-free keys").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,9 +319,12 @@ async fn order_by_keys_with_limit_matches_hash_aggregation() {
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
-            for limit in [1, 3, 20, 1000] {
+            for (limit, aggregates) in [1, 3, 20, 1000]
+                .into_iter()
+                .flat_map(|l| [(l, AGGREGATES), (l, DIRECT_AGGREGATES[0])])
+            {
                 let sql = format!(
-                    "SELECT {keys}, {AGGREGATES} FROM t GROUP BY {keys} ORDER BY {order} LIMIT {limit}"
+                    "SELECT {keys}, {aggregates} FROM t GROUP BY {keys} ORDER BY {order} LIMIT {limit}"
                 );
                 let (expected, _) = run(&hash, &sql).await;
                 let (actual, plan) = run(&small, &sql).await;
