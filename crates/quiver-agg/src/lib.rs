@@ -18,6 +18,7 @@
 pub mod bounds;
 mod direct;
 pub mod exec;
+mod key_loop;
 pub mod remainder;
 pub mod rule;
 
