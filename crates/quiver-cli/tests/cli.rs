@@ -217,7 +217,10 @@ fn time_reports_elapsed_rows_and_bytes() {
         "--time",
         "-q",
         // A filter makes it a scan: a bare count(*) is answered from the footer (0 rows read).
-        &format!("SELECT count(*) FROM '{}' WHERE id > 0", data("people.parquet")),
+        &format!(
+            "SELECT count(*) FROM '{}' WHERE id > 0",
+            data("people.parquet")
+        ),
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(stdout(&output), "5\n");
