@@ -126,14 +126,19 @@ impl ConjunctionExpr {
     }
 }
 
-fn renumber(expr: &Arc<dyn PhysicalExpr>, kept: &[usize]) -> Result<Arc<dyn PhysicalExpr>> {
+/// `expr` with its columns renumbered for a projection that keeps the `kept` (ascending)
+/// columns of its input, in order.
+pub(crate) fn renumber(
+    expr: &Arc<dyn PhysicalExpr>,
+    kept: &[usize],
+) -> Result<Arc<dyn PhysicalExpr>> {
     Arc::clone(expr)
         .transform(|e| {
             let Some(column) = e.downcast_ref::<Column>() else {
                 return Ok(Transformed::no(e));
             };
             let position = kept.binary_search(&column.index()).map_err(|_| {
-                DataFusionError::Internal(format!("column {column} is not in the conjunction"))
+                DataFusionError::Internal(format!("column {column} is not among the kept columns"))
             })?;
             Ok(Transformed::yes(
                 Arc::new(Column::new(column.name(), position)) as Arc<dyn PhysicalExpr>,
@@ -142,12 +147,13 @@ fn renumber(expr: &Arc<dyn PhysicalExpr>, kept: &[usize]) -> Result<Arc<dyn Phys
         .map(|t| t.data)
 }
 
-/// The conjunct's value as a mask without NULLs (NULL → false).
-fn mask(value: ColumnarValue, rows: usize) -> Result<BooleanArray> {
+/// A filter predicate's value over `rows` rows as a mask without NULLs (NULL → false, as a
+/// filter reads it).
+pub fn mask(value: ColumnarValue, rows: usize) -> Result<BooleanArray> {
     let array = value.into_array(rows)?;
     let Some(mask) = array.as_boolean_opt() else {
         return Err(DataFusionError::Internal(format!(
-            "a filter conjunct returned {}, not a boolean",
+            "a filter returned {}, not a boolean",
             array.data_type()
         )));
     };

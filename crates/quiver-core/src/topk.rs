@@ -51,6 +51,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::OnceCell;
 
+use crate::conjunction::renumber;
 use crate::metrics::ErrorContextExec;
 
 /// Above this LIMIT the Top-K keeps too many rows for a second pass to pay.
@@ -127,14 +128,16 @@ fn walk(input: &Arc<dyn ExecutionPlan>, needed: &mut BTreeSet<usize>) -> Option<
 }
 
 /// The Parquet scan under `scan` (itself, or wrapped in an [`ErrorContextExec`]).
-fn parquet_config(scan: &Arc<dyn ExecutionPlan>) -> Option<(&DataSourceExec, &FileScanConfig)> {
+fn parquet_config(
+    scan: &Arc<dyn ExecutionPlan>,
+) -> Option<(&DataSourceExec, &FileScanConfig, &ParquetSource)> {
     let exec = match scan.downcast_ref::<ErrorContextExec>() {
         Some(wrapper) => wrapper.input().downcast_ref::<DataSourceExec>()?,
         None => scan.downcast_ref::<DataSourceExec>()?,
     };
     let config = exec.data_source().downcast_ref::<FileScanConfig>()?;
-    config.file_source().downcast_ref::<ParquetSource>()?;
-    Some((exec, config))
+    let source = config.file_source().downcast_ref::<ParquetSource>()?;
+    Some((exec, config, source))
 }
 
 fn orderable(data_type: &DataType) -> bool {
@@ -149,23 +152,6 @@ fn orderable(data_type: &DataType) -> bool {
                 | DataType::LargeBinary
                 | DataType::BinaryView
         )
-}
-
-/// Renumbers the columns of `expr` into a projection that keeps `kept` (sorted) columns.
-fn renumber(expr: &Arc<dyn PhysicalExpr>, kept: &[usize]) -> Result<Arc<dyn PhysicalExpr>> {
-    Arc::clone(expr)
-        .transform(|e| {
-            let Some(column) = e.downcast_ref::<Column>() else {
-                return Ok(Transformed::no(e));
-            };
-            let position = kept.binary_search(&column.index()).map_err(|_| {
-                DataFusionError::Internal(format!("column {column} is not in the probe"))
-            })?;
-            Ok(Transformed::yes(
-                Arc::new(Column::new(column.name(), position)) as Arc<dyn PhysicalExpr>,
-            ))
-        })
-        .map(|t| t.data)
 }
 
 fn rewrite(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
@@ -184,7 +170,7 @@ fn rewrite(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(chain) = walk(sort.input(), &mut needed) else {
         return Ok(None);
     };
-    let Some((scan, config)) = parquet_config(&chain.scan) else {
+    let Some((scan, config, source)) = parquet_config(&chain.scan) else {
         return Ok(None);
     };
     let width = chain.scan.schema().fields().len();
@@ -263,10 +249,6 @@ fn rewrite(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         vec![Arc::clone(&table_key)],
         lit(true),
     ));
-    let source = config
-        .file_source()
-        .downcast_ref::<ParquetSource>()
-        .ok_or_else(|| DataFusionError::Internal("not a Parquet scan".into()))?;
     let predicate: Arc<dyn PhysicalExpr> = match source.filter() {
         Some(existing) => Arc::new(BinaryExpr::new(
             Arc::clone(&threshold) as Arc<dyn PhysicalExpr>,
@@ -303,7 +285,7 @@ fn rewrite(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
 
 /// Runs its probe once to find the n-th sort key, sets the scan's threshold, then streams the
 /// main pass. Output: exactly the main pass's (same schema, partitioning and ordering).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TopKThresholdExec {
     probe: Arc<dyn ExecutionPlan>,
     main: Arc<dyn ExecutionPlan>,
@@ -441,12 +423,7 @@ impl ExecutionPlan for TopKThresholdExec {
             probe,
             properties: Arc::clone(main.properties()),
             main,
-            threshold: Arc::clone(&self.threshold),
-            key: Arc::clone(&self.key),
-            probe_key: self.probe_key,
-            options: self.options,
-            fetch: self.fetch,
-            ready: Arc::clone(&self.ready),
+            ..self.as_ref().clone()
         }))
     }
 
@@ -455,17 +432,7 @@ impl ExecutionPlan for TopKThresholdExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let this = TopKThresholdExec {
-            probe: Arc::clone(&self.probe),
-            main: Arc::clone(&self.main),
-            threshold: Arc::clone(&self.threshold),
-            key: Arc::clone(&self.key),
-            probe_key: self.probe_key,
-            options: self.options,
-            fetch: self.fetch,
-            properties: Arc::clone(&self.properties),
-            ready: Arc::clone(&self.ready),
-        };
+        let this = self.clone();
         let schema = self.schema();
         let stream = futures::stream::once(async move {
             let outcome = this

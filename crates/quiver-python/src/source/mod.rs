@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use arrow::array::{
     Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, RecordBatchReader,
 };
-use arrow::compute::{prep_null_mask_filter, FilterBuilder, FilterPredicate};
+use arrow::compute::{FilterBuilder, FilterPredicate};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use async_trait::async_trait;
@@ -39,7 +39,7 @@ use datafusion::physical_plan::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyList, PyTuple};
-use quiver_core::conjunction::ConjunctionExpr;
+use quiver_core::conjunction::{self, ConjunctionExpr};
 use quiver_core::QuiverError;
 
 use arrays::PyOwner;
@@ -722,18 +722,7 @@ impl Inner {
         let options = RecordBatchOptions::new().with_row_count(Some(len));
         let input =
             RecordBatch::try_new_with_options(Arc::clone(&filter.schema), inputs, &options)?;
-        let mask = filter.predicate.evaluate(&input)?.into_array(len)?;
-        let mask = mask
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| {
-                DataFusionError::Internal("a pushed filter did not return booleans".into())
-            })?;
-        let mask = if mask.null_count() > 0 {
-            prep_null_mask_filter(mask)
-        } else {
-            mask.clone()
-        };
+        let mask = conjunction::mask(filter.predicate.evaluate(&input)?, len)?;
         let selected = mask.true_count();
         if selected == 0 {
             return Ok(None);
