@@ -8,13 +8,23 @@
 //! user, a database named after the user. Not supported: `~/.pgpass`, service files, TLS.
 //!
 //! A password is never shown: [`ConnectTarget::describe`] is the only way a target is printed.
+//!
+//! quiver opens the socket itself (each host in turn, a Unix socket directory or TCP) and hands
+//! it to tokio-postgres wrapped in a [`TapStream`], so COPY data can be read off it directly
+//! (see [`crate::tap`]). `hostaddr`, TCP keepalive settings and `target_session_attrs` are
+//! not applied.
 
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::error::{PostgresError, Result};
+use crate::tap::{CopyTap, TapStream};
 
 /// Where to connect, fully resolved (string, environment, defaults).
 #[derive(Clone)]
@@ -136,20 +146,189 @@ impl ConnectTarget {
 
     /// Connects; the connection's I/O runs as a task on the current tokio runtime and ends
     /// when the returned client is dropped.
-    pub async fn connect(&self) -> Result<Client> {
-        let (client, connection) =
-            self.config
-                .connect(NoTls)
-                .await
-                .map_err(|e| PostgresError::Connect {
-                    target: self.describe(),
-                    message: crate::error::server_message(&e),
-                })?;
+    pub async fn connect(&self) -> Result<PgConnection> {
+        let connect_error = |message: String| PostgresError::Connect {
+            target: self.describe(),
+            message,
+        };
+        let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
+        let tap = CopyTap::default();
+        let (client, connection) = self
+            .config
+            .connect_raw(TapStream::new(socket, tap.clone()), NoTls)
+            .await
+            .map_err(|e| connect_error(crate::error::server_message(&e)))?;
+        tap.start_framing();
         tokio::spawn(async move {
             // Errors reach the client's pending calls; nothing to do with them here.
             let _ = connection.await;
         });
-        Ok(client)
+        Ok(PgConnection {
+            client,
+            tap,
+            endpoint,
+        })
+    }
+
+    /// The first host (in the order given) that accepts a connection.
+    async fn open_socket(&self) -> std::result::Result<(Socket, Endpoint), String> {
+        let hosts = self.config.get_hosts();
+        let ports = self.config.get_ports();
+        let timeout = self.config.get_connect_timeout().copied();
+        let mut last_error = "no host to connect to".to_string();
+        for (i, host) in hosts.iter().enumerate() {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let endpoint = match host {
+                Host::Tcp(name) => Endpoint::Tcp(name.clone(), port),
+                #[cfg(unix)]
+                Host::Unix(dir) => Endpoint::Unix(dir.join(format!(".s.PGSQL.{port}"))),
+            };
+            let attempt = endpoint.open();
+            let opened = match timeout {
+                Some(limit) => match tokio::time::timeout(limit, attempt).await {
+                    Ok(opened) => opened,
+                    Err(_) => Err(format!("{endpoint}: timed out after {limit:?}")),
+                },
+                None => attempt.await,
+            };
+            match opened {
+                Ok(socket) => return Ok((socket, endpoint)),
+                Err(message) => last_error = message,
+            }
+        }
+        Err(last_error)
+    }
+}
+
+/// An open connection: the tokio-postgres client, the tap its COPY data can be read from, and
+/// where it goes (for cancel requests, which need a connection of their own).
+pub struct PgConnection {
+    client: Client,
+    tap: CopyTap,
+    endpoint: Endpoint,
+}
+
+impl std::fmt::Debug for PgConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgConnection({})", self.endpoint)
+    }
+}
+
+impl PgConnection {
+    pub fn tap(&self) -> &CopyTap {
+        &self.tap
+    }
+
+    /// Asks the server to cancel what this connection is running (best effort).
+    pub async fn cancel(&self) {
+        let token = self.client.cancel_token();
+        if let Ok(socket) = self.endpoint.open().await {
+            let _ = token.cancel_query_raw(socket, NoTls).await;
+        }
+    }
+}
+
+impl Deref for PgConnection {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl DerefMut for PgConnection {
+    fn deref_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// A server address: a Unix socket path or a TCP host and port.
+#[derive(Clone, Debug)]
+enum Endpoint {
+    Tcp(String, u16),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(host, port) => write!(f, "{host}:{port}"),
+            Endpoint::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+impl Endpoint {
+    async fn open(&self) -> std::result::Result<Socket, String> {
+        match self {
+            Endpoint::Tcp(host, port) => {
+                let stream = TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| format!("{self}: {e}"))?;
+                // Small protocol messages (Bind, Execute, Sync) must not wait for Nagle.
+                stream
+                    .set_nodelay(true)
+                    .map_err(|e| format!("{self}: {e}"))?;
+                Ok(Socket::Tcp(stream))
+            }
+            Endpoint::Unix(path) => UnixStream::connect(path)
+                .await
+                .map(Socket::Unix)
+                .map_err(|e| format!("{self}: {e}")),
+        }
+    }
+}
+
+/// The two kinds of socket a server is reached through.
+#[derive(Debug)]
+pub enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Socket::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Socket::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Socket::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Socket::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+        }
     }
 }
 

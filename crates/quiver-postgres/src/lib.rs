@@ -30,6 +30,7 @@ pub mod runtime_filter;
 pub mod scan;
 pub mod snapshot;
 pub mod sql;
+pub mod tap;
 pub mod types;
 
 pub use attach::{attach, AttachOptions, PostgresCatalog};

@@ -897,37 +897,67 @@ impl TaskReader {
         let mut connection = self.pool.acquire().await?;
         for sql in &tasks {
             connection.set_in_copy(true);
-            let stream = connection
-                .client()?
-                .copy_out(sql.as_str())
-                .await
-                .map_err(|e| {
-                    PostgresError::server(format!("starting to read {}", self.plan.source), &e)
-                })?;
+            let client = connection.client()?;
+            let tap = client.tap().clone();
+            let mut tap_open = tap.arm();
+            let stream = client.copy_out(sql.as_str()).await.map_err(|e| {
+                PostgresError::server(format!("starting to read {}", self.plan.source), &e)
+            })?;
             futures::pin_mut!(stream);
             let mut parser = CopyParser::new(self.plan.types.len());
             let mut decoder =
                 BatchDecoder::new(Arc::clone(&self.schema), &self.plan.types, self.batch_size)
                     .map_err(|e| self.conversion(0, e.to_string()))?;
             let mut pending = BytesMut::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| {
-                    PostgresError::server(format!("reading {}", self.plan.source), &e)
-                })?;
-                if pending.is_empty() {
-                    match self.decode(&mut parser, &mut decoder, &chunk, &tx).await? {
-                        Flow::Continue(used) => pending.extend_from_slice(&chunk[used..]),
-                        Flow::Stop => return Ok(()),
+            // The data arrives through the tap (see `crate::tap`); the copy stream itself
+            // carries only the end or an error. Once it has ended, everything is in the tap.
+            let mut ended = false;
+            loop {
+                let chunk = if ended {
+                    match tap.try_chunk() {
+                        Some(chunk) => chunk,
+                        None => break,
                     }
                 } else {
-                    pending.extend_from_slice(&chunk);
-                    match self
-                        .decode(&mut parser, &mut decoder, &pending, &tx)
-                        .await?
-                    {
-                        Flow::Continue(used) => pending.advance(used),
-                        Flow::Stop => return Ok(()),
+                    tokio::select! {
+                        chunk = futures::future::poll_fn(|cx| tap.poll_chunk(cx)), if tap_open => {
+                            match chunk {
+                                Some(chunk) => chunk,
+                                None => {
+                                    tap_open = false;
+                                    continue;
+                                }
+                            }
+                        }
+                        item = stream.next() => match item {
+                            Some(chunk) => chunk.map_err(|e| {
+                                PostgresError::server(format!("reading {}", self.plan.source), &e)
+                            })?,
+                            None => {
+                                ended = true;
+                                continue;
+                            }
+                        },
                     }
+                };
+                let flow = if pending.is_empty() {
+                    let flow = self.decode(&mut parser, &mut decoder, &chunk, &tx).await?;
+                    if let Flow::Continue(used) = flow {
+                        pending.extend_from_slice(&chunk[used..]);
+                    }
+                    flow
+                } else {
+                    pending.extend_from_slice(&chunk);
+                    let flow = self
+                        .decode(&mut parser, &mut decoder, &pending, &tx)
+                        .await?;
+                    if let Flow::Continue(used) = flow {
+                        pending.advance(used);
+                    }
+                    flow
+                };
+                if let Flow::Stop = flow {
+                    return Ok(());
                 }
             }
             parser

@@ -16,9 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use tokio_postgres::{Client, NoTls};
-
-use crate::connection::ConnectTarget;
+use crate::connection::{ConnectTarget, PgConnection};
 use crate::error::{PostgresError, Result};
 use crate::sql::quote_literal;
 
@@ -59,7 +57,7 @@ pub fn snapshot_for_query(key: QueryKey, target: &ConnectTarget) -> Arc<Snapshot
 pub struct SnapshotPool {
     target: ConnectTarget,
     snapshot: tokio::sync::OnceCell<String>,
-    idle: Mutex<Vec<Client>>,
+    idle: Mutex<Vec<PgConnection>>,
 }
 
 impl std::fmt::Debug for SnapshotPool {
@@ -126,7 +124,7 @@ impl SnapshotPool {
         Ok(id)
     }
 
-    fn take_idle(&self) -> Option<Client> {
+    fn take_idle(&self) -> Option<PgConnection> {
         let mut idle = self.idle.lock().ok()?;
         while let Some(client) = idle.pop() {
             if !client.is_closed() {
@@ -136,7 +134,7 @@ impl SnapshotPool {
         None
     }
 
-    fn give_back(&self, client: Client) {
+    fn give_back(&self, client: PgConnection) {
         if let Ok(mut idle) = self.idle.lock() {
             idle.push(client);
         }
@@ -145,7 +143,7 @@ impl SnapshotPool {
 
 /// A connection borrowed from a [`SnapshotPool`].
 pub struct PooledClient {
-    client: Option<Client>,
+    client: Option<PgConnection>,
     pool: Arc<SnapshotPool>,
     in_copy: bool,
 }
@@ -159,7 +157,7 @@ impl std::fmt::Debug for PooledClient {
 }
 
 impl PooledClient {
-    fn new(client: Client, pool: &Arc<SnapshotPool>) -> Self {
+    fn new(client: PgConnection, pool: &Arc<SnapshotPool>) -> Self {
         PooledClient {
             client: Some(client),
             pool: Arc::clone(pool),
@@ -168,7 +166,7 @@ impl PooledClient {
     }
 
     /// The client, or an error if it was already given up.
-    pub fn client(&self) -> Result<&Client> {
+    pub fn client(&self) -> Result<&PgConnection> {
         self.client.as_ref().ok_or_else(|| PostgresError::Server {
             what: "reading".into(),
             message: "the connection was closed".into(),
@@ -192,13 +190,13 @@ impl Drop for PooledClient {
             return;
         }
         // Stop the server's COPY now rather than when it next fails to write to the closed
-        // socket. Best effort: without a runtime (shutdown) closing the socket is all we do.
+        // socket, and drop whatever of it still arrives. Best effort: without a runtime
+        // (shutdown) closing the socket is all we do.
+        client.tap().abandon();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let token = client.cancel_token();
             handle.spawn(async move {
-                let _ = token.cancel_query(NoTls).await;
+                client.cancel().await;
             });
         }
-        drop(client);
     }
 }
