@@ -10,6 +10,15 @@
 //! quiver parses these statements itself (DataFusion's parser has no ATTACH with options). The
 //! database becomes a catalog named after the alias, and its attached schema is also a schema
 //! of quiver's default catalog, so two-part names resolve as in DuckDB.
+//!
+//! DuckDB's older form is understood too: it makes every table and view of one Postgres schema
+//! a table of a local schema, under its own name.
+//!
+//! ```sql
+//! CALL postgres_attach('dbname=shop', source_schema='public', sink_schema='main',
+//!                      overwrite=false, filter_pushdown=true);
+//! SELECT count(*) FROM orders;
+//! ```
 
 use std::sync::Arc;
 
@@ -38,11 +47,20 @@ pub(crate) enum Command {
         alias: String,
         if_exists: bool,
     },
+    /// `CALL postgres_attach(...)`: the tables of `options.schema` registered in `sink_schema`
+    /// (the session's default schema when `None`).
+    PostgresAttach {
+        dsn: String,
+        sink_schema: Option<String>,
+        overwrite: bool,
+        options: AttachOptions,
+    },
 }
 
 /// Whether `first` starts a statement [`parse_command`] handles.
 pub(crate) fn is_command(first: &Token) -> bool {
-    matches!(first, Token::Word(word) if matches!(word.keyword, Keyword::ATTACH | Keyword::DETACH))
+    matches!(first, Token::Word(word)
+        if matches!(word.keyword, Keyword::ATTACH | Keyword::DETACH | Keyword::CALL))
 }
 
 /// Parses `ATTACH [DATABASE] [IF NOT EXISTS] 'dsn' [AS] alias [(option [value], ...)]` or
@@ -58,6 +76,9 @@ pub(crate) fn parse_command(tokens: Vec<TokenWithSpan>) -> Result<Command> {
         let alias = p.parse_identifier().map_err(err)?.value;
         expect_end(&mut p)?;
         return Ok(Command::Detach { alias, if_exists });
+    }
+    if p.parse_keyword(Keyword::CALL) {
+        return parse_call(&mut p);
     }
     p.expect_keyword(Keyword::ATTACH).map_err(err)?;
     let _ = p.parse_keyword(Keyword::DATABASE);
@@ -118,6 +139,70 @@ pub(crate) fn parse_command(tokens: Vec<TokenWithSpan>) -> Result<Command> {
     })
 }
 
+/// `CALL postgres_attach('dsn' [, name = value]...)`, after the CALL.
+fn parse_call(p: &mut Parser<'_>) -> Result<Command> {
+    let err =
+        |e: datafusion::sql::sqlparser::parser::ParserError| parser_error_to_quiver(&e.to_string());
+    let procedure = p.parse_identifier().map_err(err)?.value;
+    if !procedure.eq_ignore_ascii_case("postgres_attach") {
+        return Err(QuiverError::NotImplemented(format!(
+            "CALL {procedure}: the only procedure quiver has is postgres_attach"
+        )));
+    }
+    p.expect_token(&Token::LParen).map_err(err)?;
+    let dsn = p.parse_literal_string().map_err(err)?;
+    let mut options = AttachOptions {
+        read_only: true,
+        ..AttachOptions::default()
+    };
+    let mut sink_schema = None;
+    let mut overwrite = false;
+    while p.consume_token(&Token::Comma) {
+        let key = p.parse_identifier().map_err(err)?.value.to_lowercase();
+        if !p.consume_token(&Token::Eq) && !p.consume_token(&Token::RArrow) {
+            return Err(invalid(format!(
+                "postgres_attach's argument {key} needs a value: {key} = ..."
+            )));
+        }
+        let value = match p.parse_value().map_err(err)?.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s,
+            Value::Boolean(b) => b.to_string(),
+            other => other.to_string(),
+        };
+        match key.as_str() {
+            "source_schema" => options.schema = value,
+            "sink_schema" => sink_schema = Some(value),
+            "overwrite" => overwrite = parse_flag(&key, Some(value))?,
+            "filter_pushdown" | "pages_per_task" | "connections" => {
+                apply_option(&key, Some(value), &mut options, &mut None)?
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unknown postgres_attach argument {other}; valid arguments are \
+                     SOURCE_SCHEMA, SINK_SCHEMA, OVERWRITE, FILTER_PUSHDOWN, PAGES_PER_TASK, \
+                     CONNECTIONS"
+                )))
+            }
+        }
+    }
+    p.expect_token(&Token::RParen).map_err(err)?;
+    expect_end(p)?;
+    Ok(Command::PostgresAttach {
+        dsn,
+        sink_schema,
+        overwrite,
+        options,
+    })
+}
+
+fn parse_flag(key: &str, value: Option<String>) -> Result<bool> {
+    match value.as_deref().map(str::to_lowercase).as_deref() {
+        None | Some("true") | Some("1") => Ok(true),
+        Some("false") | Some("0") => Ok(false),
+        Some(other) => Err(invalid(format!("{key} must be true or false, not {other}"))),
+    }
+}
+
 fn looks_like_postgres(dsn: &str) -> bool {
     dsn.starts_with("postgres://")
         || dsn.starts_with("postgresql://")
@@ -131,13 +216,7 @@ fn apply_option(
     options: &mut AttachOptions,
     kind: &mut Option<String>,
 ) -> Result<()> {
-    let flag = |value: Option<String>| match value.as_deref().map(str::to_lowercase).as_deref() {
-        None | Some("true") | Some("1") => Ok(true),
-        Some("false") | Some("0") => Ok(false),
-        Some(other) => Err(invalid(format!(
-            "ATTACH option {key} must be true or false, not {other}"
-        ))),
-    };
+    let flag = |value: Option<String>| parse_flag(&format!("ATTACH option {key}"), value);
     let number = |value: Option<String>| {
         value
             .as_deref()
@@ -246,7 +325,81 @@ pub(crate) async fn run_command(ctx: &SessionContext, command: &Command) -> Resu
             }
             Ok(())
         }
+        Command::PostgresAttach {
+            dsn,
+            sink_schema,
+            overwrite,
+            options,
+        } => postgres_attach(ctx, dsn, sink_schema.as_deref(), *overwrite, options).await,
     }
+}
+
+/// Registers every table and view of the Postgres schema `options.schema` in the local schema
+/// `sink` under its own name. Nothing is registered when any name is taken and `overwrite`
+/// is false.
+async fn postgres_attach(
+    ctx: &SessionContext,
+    dsn: &str,
+    sink: Option<&str>,
+    overwrite: bool,
+    options: &AttachOptions,
+) -> Result<()> {
+    let sink_name = match sink {
+        Some(name) => name.to_string(),
+        None => ctx.state().config_options().catalog.default_schema.clone(),
+    };
+    let sink = ctx
+        .catalog(DEFAULT_CATALOG)
+        .and_then(|catalog| catalog.schema(&sink_name))
+        .ok_or_else(|| {
+            QuiverError::Catalog(format!(
+                "postgres_attach: no local schema named \"{sink_name}\" to attach into"
+            ))
+        })?;
+    let catalog = quiver_postgres::attach(dsn, options.clone())
+        .await
+        .map_err(|e| QuiverError::from(e.into_datafusion()))?;
+    let source = catalog.schema(&options.schema).ok_or_else(|| {
+        QuiverError::Internal(format!(
+            "the attached database lost its schema \"{}\"",
+            options.schema
+        ))
+    })?;
+    let mut names = source.table_names();
+    names.sort();
+    if !overwrite {
+        let taken: Vec<&str> = names
+            .iter()
+            .filter(|name| sink.table_exist(name))
+            .map(String::as_str)
+            .collect();
+        if !taken.is_empty() {
+            return Err(QuiverError::Catalog(format!(
+                "postgres_attach: {} already exist in schema \"{sink_name}\" ({}); \
+                 pass overwrite=true to replace them",
+                if taken.len() == 1 {
+                    "a table named so does"
+                } else {
+                    "tables of these names"
+                },
+                taken.join(", ")
+            )));
+        }
+    }
+    let mut tables = Vec::with_capacity(names.len());
+    for name in names {
+        if let Some(table) = source.table(&name).await.map_err(QuiverError::from)? {
+            tables.push((name, table));
+        }
+    }
+    for (name, table) in tables {
+        if sink.table_exist(&name) {
+            sink.deregister_table(&name).map_err(QuiverError::from)?;
+        }
+        sink.register_table(name, table)
+            .map_err(QuiverError::from)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -295,5 +448,54 @@ mod tests {
         assert!(parse("ATTACH 'x.db' AS x").is_err(), "not a Postgres DSN");
         assert!(parse("ATTACH 'dbname=x' AS x (TYPE sqlite)").is_err());
         assert!(parse("ATTACH 'dbname=x' AS x (COLOUR 'red')").is_err());
+    }
+
+    #[test]
+    fn call_postgres_attach_is_parsed() {
+        match parse(
+            "CALL postgres_attach('dbname=shop', source_schema='sales', sink_schema => 'mirror', \
+             overwrite=true, filter_pushdown=false, pages_per_task=5)",
+        )
+        .unwrap()
+        {
+            Command::PostgresAttach {
+                dsn,
+                sink_schema,
+                overwrite,
+                options,
+            } => {
+                assert_eq!(dsn, "dbname=shop");
+                assert_eq!(sink_schema.as_deref(), Some("mirror"));
+                assert!(overwrite);
+                assert_eq!(options.schema, "sales");
+                assert!(options.read_only);
+                assert!(!options.scan.filter_pushdown);
+                assert_eq!(options.scan.pages_per_task, 5);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match parse("CALL postgres_attach('dbname=shop')").unwrap() {
+            Command::PostgresAttach {
+                sink_schema,
+                overwrite,
+                options,
+                ..
+            } => {
+                assert_eq!(sink_schema, None);
+                assert!(!overwrite);
+                assert_eq!(options.schema, "public");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        for bad in [
+            "CALL postgres_attach('dbname=shop', colour='red')",
+            "CALL postgres_attach('dbname=shop', overwrite='maybe')",
+            "CALL postgres_attach('dbname=shop', overwrite)",
+            "CALL postgres_attach('dbname=shop'",
+            "CALL postgres_attach('dbname=shop') extra",
+            "CALL something_else('x')",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 }

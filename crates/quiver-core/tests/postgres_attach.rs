@@ -241,3 +241,86 @@ async fn create_table_as_writes_a_new_postgres_table() {
         366
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn call_postgres_attach_makes_a_schemas_tables_local() {
+    let Some(pg) = common::cluster() else { return };
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    run(&session, &format!("CALL postgres_attach('{dsn}')")).await;
+    assert_eq!(
+        count(&run(&session, "SELECT count(*) FROM orders").await).to_string(),
+        pg.psql("shop", "SELECT count(*) FROM orders")
+    );
+    assert_eq!(
+        count(
+            &run(
+                &session,
+                "SELECT count(*) FROM main.measurements WHERE id > 10"
+            )
+            .await
+        )
+        .to_string(),
+        pg.psql("shop", "SELECT count(*) FROM measurements WHERE id > 10")
+    );
+    let tables = strings(&run(&session, "SHOW TABLES").await, 0);
+    assert!(tables.contains(&"orders".to_string()), "{tables:?}");
+
+    // A second call would shadow what is there: refused as a whole unless overwrite=true.
+    let again = session
+        .sql(&format!("CALL postgres_attach('{dsn}')"))
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        again.contains("overwrite=true") && again.contains("orders"),
+        "{again}"
+    );
+    run(
+        &session,
+        &format!("CALL postgres_attach('{dsn}', overwrite=true, filter_pushdown=false)"),
+    )
+    .await;
+    let explain = strings(
+        &run(&session, "EXPLAIN SELECT * FROM orders WHERE id = 7").await,
+        1,
+    )
+    .join("\n");
+    assert!(explain.contains("FilterExec"), "{explain}");
+
+    // Another schema into another local schema, mixed-case names kept.
+    run(&session, "CREATE SCHEMA other").await;
+    run(
+        &session,
+        &format!(
+            "CALL postgres_attach('{dsn}', source_schema='Other Schema', sink_schema='other')"
+        ),
+    )
+    .await;
+    let cased = run(
+        &session,
+        "SELECT \"Name\" FROM other.\"Cased\" WHERE \"Id\" = 1",
+    )
+    .await;
+    assert_eq!(strings(&cased, 0), vec!["one"]);
+
+    for (sql, expected) in [
+        (
+            format!("CALL postgres_attach('{dsn}', source_schema='nope')"),
+            "nope",
+        ),
+        (
+            format!("CALL postgres_attach('{dsn}', sink_schema='nowhere')"),
+            "nowhere",
+        ),
+    ] {
+        let error = session
+            .sql(&sql)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains(expected), "{sql}: {error}");
+    }
+}
