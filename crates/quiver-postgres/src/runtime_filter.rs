@@ -27,7 +27,7 @@ use crate::types::PgColumn;
 
 /// Above this many values an IN list is not sent (the SQL text and the server's hashing of it
 /// would cost more than the rows it saves).
-const MAX_IN_LIST: usize = 10_000;
+const MAX_IN_LIST: usize = 16_384;
 
 /// A Postgres condition that every row passing `expr` satisfies, over the scan's output
 /// `columns`; `None` when nothing of it can be said in SQL.

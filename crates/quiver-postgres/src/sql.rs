@@ -75,13 +75,6 @@ impl Translator<'_> {
                 | Operator::Gt
                 | Operator::GtEq => {
                     let ordered = !matches!(op, Operator::Eq | Operator::NotEq);
-                    let (column, value, flipped) = match (self.column(left), self.column(right)) {
-                        (Some(column), None) => (column, right.as_ref(), false),
-                        (None, Some(column)) => (column, left.as_ref(), true),
-                        _ => return None,
-                    };
-                    self.check(column, ordered)?;
-                    let literal = literal(value)?;
                     let symbol = match op {
                         Operator::Eq => "=",
                         Operator::NotEq => "<>",
@@ -90,6 +83,25 @@ impl Translator<'_> {
                         Operator::Gt => ">",
                         _ => ">=",
                     };
+                    if let (Some(a), Some(b)) = (self.column(left), self.column(right)) {
+                        // Two columns (`l_commitdate < l_receiptdate`): only of one family, so
+                        // that Postgres compares them as quiver does.
+                        self.check(a, ordered)?;
+                        self.check(b, ordered)?;
+                        same_family(a, b)?;
+                        return Some(format!(
+                            "({} {symbol} {})",
+                            quote_ident(&a.name),
+                            quote_ident(&b.name)
+                        ));
+                    }
+                    let (column, value, flipped) = match (self.column(left), self.column(right)) {
+                        (Some(column), None) => (column, right.as_ref(), false),
+                        (None, Some(column)) => (column, left.as_ref(), true),
+                        _ => return None,
+                    };
+                    self.check(column, ordered)?;
+                    let literal = literal(value)?;
                     let column_sql = crate::sql::quote_ident(&column.name);
                     Some(if flipped {
                         format!("({literal} {symbol} {column_sql})")
@@ -207,6 +219,25 @@ pub(crate) fn pushable(column: &PgColumn, ordered: bool) -> Option<()> {
         (Comparable::Ordered, _) | (Comparable::Equality, false) => Some(()),
         _ => None,
     }
+}
+
+/// Whether Postgres compares values of `a` and `b` as quiver does: integers with integers,
+/// floats with floats, numerics with numerics, and otherwise only the same type.
+fn same_family(a: &PgColumn, b: &PgColumn) -> Option<()> {
+    let family = |t: &PgType| match t {
+        PgType::Int2 | PgType::Int4 | PgType::Int8 => 1,
+        PgType::Float4 | PgType::Float8 => 2,
+        PgType::Numeric { .. } => 3,
+        PgType::Bool => 4,
+        PgType::Date => 5,
+        PgType::Time => 6,
+        PgType::Timestamp => 7,
+        PgType::TimestampTz => 8,
+        PgType::Text => 9,
+        _ => 0,
+    };
+    let (fa, fb) = (family(&a.pg_type), family(&b.pg_type));
+    (fa != 0 && fa == fb).then_some(())
 }
 
 pub(crate) fn is_numeric(data_type: &DataType) -> bool {
@@ -370,6 +401,49 @@ mod tests {
     }
 
     #[test]
+    fn two_columns_compare_only_within_one_family() {
+        let c = vec![
+            PgColumn {
+                name: "shipped".into(),
+                pg_type: PgType::Date,
+            },
+            PgColumn {
+                name: "received".into(),
+                pg_type: PgType::Date,
+            },
+            PgColumn {
+                name: "n".into(),
+                pg_type: PgType::Int8,
+            },
+            PgColumn {
+                name: "x".into(),
+                pg_type: PgType::Float8,
+            },
+            PgColumn {
+                name: "a".into(),
+                pg_type: PgType::Text,
+            },
+            PgColumn {
+                name: "b".into(),
+                pg_type: PgType::Text,
+            },
+        ];
+        assert_eq!(
+            filter_to_sql(&col("shipped").lt(col("received")), &c).unwrap(),
+            "(\"shipped\" < \"received\")"
+        );
+        assert_eq!(
+            filter_to_sql(&col("a").not_eq(col("b")), &c).unwrap(),
+            "(\"a\" <> \"b\")"
+        );
+        // Text order depends on the collation; an integer and a float, or a date and an
+        // integer, are not compared alike.
+        assert_eq!(filter_to_sql(&col("a").lt(col("b")), &c), None);
+        assert_eq!(filter_to_sql(&col("n").lt(col("x")), &c), None);
+        assert_eq!(filter_to_sql(&col("n").eq(col("shipped")), &c), None);
+    }
+
+    #[test]
     fn comparisons_and_boolean_logic_translate() {
         let c = columns();
         let expr = col("id").gt(lit(10)).and(col("sel;ect").eq(lit("x'y")));
@@ -414,7 +488,7 @@ mod tests {
         assert_eq!(filter_to_sql(&col("sel;ect").like(lit("a\\%")), &c), None);
         assert_eq!(filter_to_sql(&col("sel;ect").ilike(lit("a%")), &c), None);
         assert_eq!(filter_to_sql(&col("missing").eq(lit(1)), &c), None);
-        assert_eq!(filter_to_sql(&col("id").eq(col("id")), &c), None);
+        assert_eq!(filter_to_sql(&col("id").eq(col("sel;ect")), &c), None);
         assert!(filter_to_sql(&col("kind").is_not_null(), &c).is_some());
         // One untranslatable side keeps the whole OR in quiver.
         let expr = col("id").eq(lit(1)).or(col("sel;ect").lt(lit("m")));
