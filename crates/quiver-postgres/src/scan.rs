@@ -562,6 +562,11 @@ impl TableProvider for PostgresTable {
             }
         };
         let statistics = self.statistics(projected, &plan);
+        let distinct = statistics
+            .column_statistics
+            .iter()
+            .map(|column| column.distinct_count.get_value().copied())
+            .collect();
         let TaskPlan { tasks, mode, .. } = plan;
         let connections = self
             .options
@@ -583,6 +588,7 @@ impl TableProvider for PostgresTable {
                 conditions,
                 limit,
                 columns,
+                distinct,
             },
             schema,
             connections,
@@ -607,6 +613,8 @@ struct ScanPlan {
     limit: Option<usize>,
     /// The columns read, in output order (runtime filters name them by position).
     columns: Vec<PgColumn>,
+    /// Their distinct counts as the server's statistics estimate them, where known.
+    distinct: Vec<Option<usize>>,
 }
 
 impl ScanPlan {
@@ -837,7 +845,7 @@ impl ExecutionPlan for PostgresScanExec {
         let start = async move {
             let runtime: Vec<String> = filters
                 .iter()
-                .filter_map(|filter| superset_sql(filter, &plan.columns))
+                .filter_map(|filter| superset_sql(filter, &plan.columns, &plan.distinct))
                 .collect();
             // Round-robin: deterministic, so executing a partition twice reads the same tasks.
             let tasks: Vec<String> = plan
