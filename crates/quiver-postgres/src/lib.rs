@@ -4,7 +4,8 @@
 //!
 //! * tables are read with `COPY (SELECT …) TO STDOUT (FORMAT binary)` and the byte stream is
 //!   decoded straight into Arrow builders ([`binary_copy`] is the pure parser, [`decode`] the
-//!   per-type decoders, [`types`] the type map);
+//!   per-type decoders, [`types`] the type map); the bytes are taken off the socket beside
+//!   tokio-postgres in large chunks rather than one message per row ([`tap`]);
 //! * a scan is split into ctid page ranges read in parallel on a pool of connections that all
 //!   import one exported snapshot per query ([`scan`], [`snapshot`]);
 //! * projections always, and filters where Postgres evaluates them exactly as quiver would, are
