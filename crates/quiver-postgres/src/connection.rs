@@ -18,10 +18,10 @@ use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::Host;
 use tokio_postgres::{Client, Config, NoTls};
+use tokio_util::either::Either;
 
 use crate::error::{PostgresError, Result};
 use crate::tap::{CopyTap, TapStream};
@@ -269,68 +269,18 @@ impl Endpoint {
                 stream
                     .set_nodelay(true)
                     .map_err(|e| format!("{self}: {e}"))?;
-                Ok(Socket::Tcp(stream))
+                Ok(Either::Left(stream))
             }
             Endpoint::Unix(path) => UnixStream::connect(path)
                 .await
-                .map(Socket::Unix)
+                .map(Either::Right)
                 .map_err(|e| format!("{self}: {e}")),
         }
     }
 }
 
 /// The two kinds of socket a server is reached through.
-#[derive(Debug)]
-pub enum Socket {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl AsyncRead for Socket {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            Socket::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Socket {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            Socket::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
-            Socket::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            Socket::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-        }
-    }
-}
+pub type Socket = Either<TcpStream, UnixStream>;
 
 fn add_host(config: &mut Config, host: &str) {
     if host.starts_with('/') {

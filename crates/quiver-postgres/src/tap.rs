@@ -55,6 +55,36 @@ struct TapState {
     stream: Option<Waker>,
 }
 
+impl TapState {
+    /// Takes the oldest chunk, waking a stream that waits for room.
+    fn pop(&mut self) -> Option<Bytes> {
+        let chunk = self.chunks.pop_front()?;
+        self.buffered -= chunk.len();
+        if self.buffered < HIGH_WATER / 2 {
+            if let Some(waker) = self.stream.take() {
+                waker.wake();
+            }
+        }
+        Some(chunk)
+    }
+}
+
+/// Queues the diverted bytes in `side` for the reader (drops them for an abandoned COPY).
+fn flush(side: &mut BytesMut, state: &mut TapState) {
+    if side.is_empty() {
+        return;
+    }
+    let chunk = side.split().freeze();
+    if state.abandoned {
+        return;
+    }
+    state.buffered += chunk.len();
+    state.chunks.push_back(chunk);
+    if let Some(waker) = state.reader.take() {
+        waker.wake();
+    }
+}
+
 /// The reader's end: arms the next COPY and takes its data.
 #[derive(Clone, Default)]
 pub struct CopyTap {
@@ -94,13 +124,7 @@ impl CopyTap {
     /// The next chunk of COPY data; `None` once the socket has closed and nothing is queued.
     pub fn poll_chunk(&self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let mut state = self.lock();
-        if let Some(chunk) = state.chunks.pop_front() {
-            state.buffered -= chunk.len();
-            if state.buffered < HIGH_WATER / 2 {
-                if let Some(waker) = state.stream.take() {
-                    waker.wake();
-                }
-            }
+        if let Some(chunk) = state.pop() {
             return Poll::Ready(Some(chunk));
         }
         if state.closed {
@@ -123,13 +147,7 @@ impl CopyTap {
 
     /// A queued chunk, without waiting.
     pub fn try_chunk(&self) -> Option<Bytes> {
-        let mut state = self.lock();
-        let chunk = state.chunks.pop_front()?;
-        state.buffered -= chunk.len();
-        if let Some(waker) = state.stream.take() {
-            waker.wake();
-        }
-        Some(chunk)
+        self.lock().pop()
     }
 }
 
@@ -138,10 +156,9 @@ impl CopyTap {
 enum Frame {
     /// At a message boundary: the next 5 bytes are a tag and a length.
     Header,
-    /// Inside a message that goes to tokio-postgres; this many bytes of it are left.
-    Pass(usize),
-    /// Inside a `CopyData` payload that goes to the tap; this many bytes are left.
-    Divert(usize),
+    /// Inside a message with `left` bytes to go: a `CopyData` payload for the tap
+    /// (`divert`), or anything else, header included, for tokio-postgres.
+    Body { left: usize, divert: bool },
 }
 
 /// A socket as tokio-postgres sees it, with COPY data taken off to a [`CopyTap`].
@@ -184,27 +201,10 @@ impl<S> TapStream<S> {
         }
     }
 
-    /// Queues the diverted bytes for the reader.
-    fn flush_side(&mut self, state: &mut TapState) {
-        if self.side.is_empty() {
-            return;
-        }
-        let chunk = self.side.split().freeze();
-        if state.abandoned {
-            return;
-        }
-        state.buffered += chunk.len();
-        state.chunks.push_back(chunk);
-        if let Some(waker) = state.reader.take() {
-            waker.wake();
-        }
-    }
-
     /// Sorts `data` into `output` (for tokio-postgres) and `side` (for the tap), keeping an
     /// incomplete message header in `input` for the next read.
     fn sort(&mut self, data: &[u8]) {
-        let tap = self.tap.clone();
-        let mut state = tap.lock();
+        let mut state = self.tap.lock();
         let mut armed = state.armed;
         let mut pos = 0;
         while pos < data.len() {
@@ -220,10 +220,13 @@ impl<S> TapStream<S> {
                         u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
                     if tag == b'd' && armed && length >= 4 {
                         pos += 5;
-                        self.frame = Frame::Divert(length - 4);
+                        self.frame = Frame::Body {
+                            left: length - 4,
+                            divert: true,
+                        };
                     } else {
                         // Whatever follows the data (CopyDone, an error) must find it queued.
-                        self.flush_side(&mut state);
+                        flush(&mut self.side, &mut state);
                         if armed && tag == b'H' {
                             state.copying = true;
                         }
@@ -234,30 +237,31 @@ impl<S> TapStream<S> {
                         }
                         // A length below 4 is the server's garbage: pass the header on and let
                         // tokio-postgres report it.
-                        self.frame = Frame::Pass(1 + length.max(4));
+                        self.frame = Frame::Body {
+                            left: 1 + length.max(4),
+                            divert: false,
+                        };
                     }
                 }
-                Frame::Pass(left) => {
+                Frame::Body { left, divert } => {
                     let take = left.min(rest);
-                    self.output.extend_from_slice(&data[pos..pos + take]);
+                    let bytes = &data[pos..pos + take];
                     pos += take;
                     self.frame = if take == left {
                         Frame::Header
                     } else {
-                        Frame::Pass(left - take)
+                        Frame::Body {
+                            left: left - take,
+                            divert,
+                        }
                     };
-                }
-                Frame::Divert(left) => {
-                    let take = left.min(rest);
-                    self.side.extend_from_slice(&data[pos..pos + take]);
-                    pos += take;
-                    self.frame = if take == left {
-                        Frame::Header
+                    if !divert {
+                        self.output.extend_from_slice(bytes);
                     } else {
-                        Frame::Divert(left - take)
-                    };
-                    if self.side.len() >= CHUNK {
-                        self.flush_side(&mut state);
+                        self.side.extend_from_slice(bytes);
+                        if self.side.len() >= CHUNK {
+                            flush(&mut self.side, &mut state);
+                        }
                     }
                 }
             }
@@ -265,9 +269,8 @@ impl<S> TapStream<S> {
     }
 
     fn close(&mut self) {
-        let tap = self.tap.clone();
-        let mut state = tap.lock();
-        self.flush_side(&mut state);
+        let mut state = self.tap.lock();
+        flush(&mut self.side, &mut state);
         state.closed = true;
         if let Some(waker) = state.reader.take() {
             waker.wake();
@@ -296,8 +299,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for TapStream<S> {
                 return Poll::Ready(Ok(()));
             }
             {
-                let tap = this.tap.clone();
-                let mut state = tap.lock();
+                let mut state = this.tap.lock();
                 if state.buffered >= HIGH_WATER {
                     state.stream = Some(cx.waker().clone());
                     return Poll::Pending;
@@ -310,8 +312,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for TapStream<S> {
             match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
                 Poll::Pending => {
                     // Let the reader work on what has arrived while the socket is quiet.
-                    let tap = this.tap.clone();
-                    this.flush_side(&mut tap.lock());
+                    flush(&mut this.side, &mut this.tap.lock());
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(e)) => {
