@@ -68,10 +68,10 @@ impl Translator<'_> {
             if list.negated() || list.list().is_empty() || list.list().len() > MAX_IN_LIST {
                 return None;
             }
-            let column = self.column(list.expr())?;
+            let position = self.position(list.expr())?;
+            let column = self.columns.get(position)?;
             pushable(column, false)?;
-            let position = self.columns.iter().position(|c| std::ptr::eq(c, column));
-            if let Some(Some(distinct)) = position.and_then(|i| self.distinct.get(i)) {
+            if let Some(Some(distinct)) = self.distinct.get(position) {
                 if list.list().len().saturating_mul(2) >= *distinct {
                     return None;
                 }
@@ -157,14 +157,20 @@ impl Translator<'_> {
     /// The scan column `expr` is, through casts between numeric types (join keys of different
     /// integer widths; Postgres compares mixed numeric types exactly).
     fn column(&self, expr: &Arc<dyn PhysicalExpr>) -> Option<&PgColumn> {
+        self.columns.get(self.position(expr)?)
+    }
+
+    /// The position among the scan's columns of the column `expr` names (as [`Self::column`]).
+    fn position(&self, expr: &Arc<dyn PhysicalExpr>) -> Option<usize> {
         if let Some(column) = expr.downcast_ref::<Column>() {
             let pg_column = self.columns.get(column.index())?;
-            return (pg_column.name == column.name()).then_some(pg_column);
+            return (pg_column.name == column.name()).then_some(column.index());
         }
         if let Some(cast) = expr.downcast_ref::<CastExpr>() {
-            let column = self.column(cast.expr())?;
+            let position = self.position(cast.expr())?;
+            let column = self.columns.get(position)?;
             return (is_numeric(cast.cast_type()) && is_numeric(&column.pg_type.arrow_type()))
-                .then_some(column);
+                .then_some(position);
         }
         None
     }
