@@ -3,22 +3,15 @@
 // Helpers outside `#[test]` functions (and the shared harness) fail loudly, as tests do.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+use support::run;
+
 #[path = "../../quiver-postgres/tests/common/mod.rs"]
 mod common;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;
 use quiver_core::{QuiverError, Session};
-
-async fn run(session: &Session, sql: &str) -> Vec<RecordBatch> {
-    session
-        .sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
 
 fn count(batches: &[RecordBatch]) -> i64 {
     batches[0].column(0).as_primitive::<Int64Type>().value(0)

@@ -4,19 +4,11 @@
 //! same queries run over an in-memory copy of the data, where the rewrite never applies.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use datafusion::arrow::array::RecordBatch;
+mod support;
+use support::run;
+
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use quiver_core::Session;
-
-async fn run(session: &Session, sql: &str) -> Vec<RecordBatch> {
-    session
-        .sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
 
 async fn text(session: &Session, sql: &str) -> String {
     pretty_format_batches(&run(session, sql).await)
