@@ -14,6 +14,7 @@ use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
+use quiver_postgres::runtime_filter::key_list_config;
 
 use crate::database::{AccessMode, Database};
 use crate::error::{QuiverError, Result};
@@ -107,14 +108,6 @@ impl Session {
         settings.sql_parser.enable_ident_normalization = false;
         // COPY TO 'x.parquet' and file listings should behave like DuckDB's.
         settings.execution.keep_partition_by_columns = false;
-        // A hash join whose build side has up to this many distinct keys publishes them as an
-        // IN list (DataFusion's defaults: 150 keys, 128 KiB) rather than a hash-table lookup.
-        // Only a list can be sent to PostgreSQL: TPC-H Q17 filters lineitem by about 2,000
-        // part keys, Q9 by about 11,000.
-        settings
-            .optimizer
-            .hash_join_inlist_pushdown_max_distinct_values = 16_384;
-        settings.optimizer.hash_join_inlist_pushdown_max_size = 512 * 1024;
 
         let mut runtime = RuntimeEnvBuilder::new();
         if let Some(limit) = options.memory_limit {
@@ -252,6 +245,10 @@ impl Session {
             .create_physical_plan()
             .await
             .map_err(QuiverError::from)?;
+        let task = match key_list_config(&physical, task.session_config()) {
+            Some(config) => task.with_session_config(config),
+            None => task,
+        };
         let counters = Arc::new(ScanCounters::default());
         let physical = instrument_scans(physical, &counters).map_err(QuiverError::from)?;
         let stream =

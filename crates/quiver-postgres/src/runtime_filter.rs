@@ -14,20 +14,55 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::expressions::{
     BinaryExpr, CaseExpr, CastExpr, Column, DynamicFilterPhysicalExpr, InListExpr, IsNullExpr,
     Literal,
 };
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
 
+use crate::scan::PostgresScanExec;
 use crate::sql::{is_numeric, pushable, quote_ident, scalar_literal};
 use crate::types::{PgColumn, PgType};
 
-/// Above this many values an IN list is not sent (the SQL text and the server's hashing of it
-/// would cost more than the rows it saves).
+/// Above this many values an `IN (...)` list is not sent: Postgres spends a parse node, a
+/// coercion and a constant on each value, more than the rows it saves.
 const MAX_IN_LIST: usize = 16_384;
+
+/// Above this many values an integer key array is not sent. Postgres parses an array literal
+/// in one pass and hashes it once per statement; a large list goes once per partition
+/// (see `scan::partition_tasks`).
+const MAX_KEY_ARRAY: usize = 262_144;
+
+/// The session settings for running `plan` when it reads Postgres, else `None`: DataFusion's
+/// hash join publishes its build-side keys as an IN list only up to 150 distinct keys and
+/// 128 KiB of key columns (above, a hash-table lookup, which cannot be sent to a server).
+/// These limits let it list up to [`MAX_KEY_ARRAY`] keys in 1 MiB: TPC-H Q5 sends `lineitem`
+/// the 227,000 order keys of a year and receives 0.9M rows instead of 6M. They are raised per
+/// query, not per session, because DataFusion spends an expression per listed key (a 160,000
+/// pair list cost Q9 0.4 s), which a plan over local data does not get back; 1 MiB admits
+/// 262,144 four-byte keys and keeps out wide multi-column build sides like that one.
+pub fn key_list_config(
+    plan: &Arc<dyn ExecutionPlan>,
+    config: &SessionConfig,
+) -> Option<SessionConfig> {
+    let reads_postgres = plan
+        .exists(|node| Ok(node.downcast_ref::<PostgresScanExec>().is_some()))
+        .unwrap_or(false);
+    if !reads_postgres {
+        return None;
+    }
+    let mut config = config.clone();
+    let optimizer = &mut config.options_mut().optimizer;
+    optimizer.hash_join_inlist_pushdown_max_distinct_values = MAX_KEY_ARRAY;
+    optimizer.hash_join_inlist_pushdown_max_size = 1024 * 1024;
+    Some(config)
+}
 
 /// A Postgres condition that every row passing `expr` satisfies, over the scan's output
 /// `columns` (with their estimated `distinct` counts, by position, where known); `None` when
@@ -65,30 +100,20 @@ impl Translator<'_> {
             return self.binary(binary);
         }
         if let Some(list) = expr.downcast_ref::<InListExpr>() {
-            if list.negated() || list.list().is_empty() || list.list().len() > MAX_IN_LIST {
+            if list.negated() || list.list().is_empty() || list.list().len() > MAX_KEY_ARRAY {
                 return None;
-            }
-            let position = self.position(list.expr())?;
-            let column = self.columns.get(position)?;
-            pushable(column, false)?;
-            if let Some(Some(distinct)) = self.distinct.get(position) {
-                if list.list().len().saturating_mul(2) >= *distinct {
-                    return None;
-                }
-            }
-            if let Some(array) = integer_array(column, list.list()) {
-                return Some(format!("({} = ANY({array}))", quote_ident(&column.name)));
             }
             let values = list
                 .list()
                 .iter()
-                .map(|value| scalar_literal(value.downcast_ref::<Literal>()?.value()))
+                .map(|value| Some(value.downcast_ref::<Literal>()?.value()))
                 .collect::<Option<Vec<_>>>()?;
-            return Some(format!(
-                "({} IN ({}))",
-                quote_ident(&column.name),
-                values.join(", ")
-            ));
+            if let Some(function) = list.expr().downcast_ref::<ScalarFunctionExpr>() {
+                return (function.name() == "struct")
+                    .then(|| self.struct_keys(function.args(), &values))
+                    .flatten();
+            }
+            return self.key_list(list.expr(), &values);
         }
         if let Some(is_null) = expr.downcast_ref::<IsNullExpr>() {
             let column = self.column(is_null.arg())?;
@@ -112,6 +137,63 @@ impl Translator<'_> {
             });
         }
         None
+    }
+
+    /// `expr IN (values)` as Postgres SQL: an integer key array, else (for short lists) an
+    /// `IN` list; `None` when the list names half or more of the column's distinct values.
+    fn key_list(&self, expr: &Arc<dyn PhysicalExpr>, values: &[&ScalarValue]) -> Option<String> {
+        let position = self.position(expr)?;
+        let column = self.columns.get(position)?;
+        pushable(column, false)?;
+        let distinct = self.distinct.get(position).copied().flatten();
+        let filters_little = |keys: usize| distinct.is_some_and(|d| keys.saturating_mul(2) >= d);
+        if let Some((array, keys)) = integer_array(column, values) {
+            if filters_little(keys) {
+                return None;
+            }
+            return Some(format!("({} = ANY({array}))", quote_ident(&column.name)));
+        }
+        if values.len() > MAX_IN_LIST || filters_little(values.len()) {
+            return None;
+        }
+        let mut values = values
+            .iter()
+            .map(|value| scalar_literal(value))
+            .collect::<Option<Vec<_>>>()?;
+        let mut seen = std::collections::HashSet::new();
+        values.retain(|value| seen.insert(value.clone()));
+        Some(format!(
+            "({} IN ({}))",
+            quote_ident(&column.name),
+            values.join(", ")
+        ))
+    }
+
+    /// A multi-column key list, `struct(a, b) IN ((1, 2), (3, 4))`, loosened to one list per
+    /// column, `a IN (1, 3) AND b IN (2, 4)`: every pair that joins has each part in its
+    /// column's list. Columns whose list would filter little are left out.
+    fn struct_keys(
+        &self,
+        args: &[Arc<dyn PhysicalExpr>],
+        values: &[&ScalarValue],
+    ) -> Option<String> {
+        let mut conjuncts = Vec::new();
+        for (field, arg) in args.iter().enumerate() {
+            let parts = values
+                .iter()
+                .map(|value| match value {
+                    ScalarValue::Struct(array) if array::Array::len(array.as_ref()) == 1 => {
+                        ScalarValue::try_from_array(array.columns().get(field)?, 0).ok()
+                    }
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            let parts: Vec<&ScalarValue> = parts.iter().collect();
+            if let Some(sql) = self.key_list(arg, &parts) {
+                conjuncts.push(sql);
+            }
+        }
+        (!conjuncts.is_empty()).then(|| format!("({})", conjuncts.join(" AND ")))
     }
 
     fn binary(&self, binary: &BinaryExpr) -> Option<String> {
@@ -176,11 +258,12 @@ impl Translator<'_> {
     }
 }
 
-/// An integer key list as one array literal, `'{1,2,3}'::int4[]`: Postgres parses that in
-/// one pass, where an `IN (...)` list costs a parse-tree node, a type coercion and a constant
-/// per value — per task (a 30,000-key list over 18 tasks cost more server time than the rows
-/// it saved). `None` unless the column and every value are integers.
-fn integer_array(column: &PgColumn, values: &[Arc<dyn PhysicalExpr>]) -> Option<String> {
+/// An integer key list as one array literal, `'{1,2,3}'::int4[]`, and how many distinct keys
+/// it holds: Postgres parses that in one pass, where an `IN (...)` list costs a parse-tree
+/// node, a type coercion and a constant per value — per task (a 30,000-key list over 18 tasks
+/// cost more server time than the rows it saved). `None` unless the column and every value
+/// are integers.
+fn integer_array(column: &PgColumn, values: &[&ScalarValue]) -> Option<(String, usize)> {
     use std::fmt::Write;
     // The column's own type: Postgres hashes `= ANY(array)` only when both sides hash alike.
     let (element, range) = match column.pg_type {
@@ -189,11 +272,9 @@ fn integer_array(column: &PgColumn, values: &[Arc<dyn PhysicalExpr>]) -> Option<
         PgType::Int8 => ("int8", i128::from(i64::MIN)..=i128::from(i64::MAX)),
         _ => return None,
     };
-    let mut text = String::with_capacity(values.len() * 8 + 16);
-    text.push_str("'{");
-    let mut first = true;
+    let mut keys = Vec::with_capacity(values.len());
     for value in values {
-        let value: i128 = match value.downcast_ref::<Literal>()?.value() {
+        let value: i128 = match value {
             ScalarValue::Int8(Some(v)) => (*v).into(),
             ScalarValue::Int16(Some(v)) => (*v).into(),
             ScalarValue::Int32(Some(v)) => (*v).into(),
@@ -205,17 +286,24 @@ fn integer_array(column: &PgColumn, values: &[Arc<dyn PhysicalExpr>]) -> Option<
             _ => return None,
         };
         // A key outside the column's type matches none of its values.
-        if !range.contains(&value) {
-            continue;
+        if range.contains(&value) {
+            keys.push(value);
         }
-        if !first {
+    }
+    // A build side's keys repeat (one per build row); sorted, the server's hash and the
+    // statement are smaller, and the SQL is the same for the same keys.
+    keys.sort_unstable();
+    keys.dedup();
+    let mut text = String::with_capacity(keys.len() * 8 + 16);
+    text.push_str("'{");
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
             text.push(',');
         }
-        first = false;
-        let _ = write!(text, "{value}");
+        let _ = write!(text, "{key}");
     }
     let _ = write!(text, "}}'::{element}[]");
-    Some(text)
+    Some((text, keys.len()))
 }
 
 fn is_false(expr: &Arc<dyn PhysicalExpr>) -> bool {
@@ -315,6 +403,51 @@ mod tests {
         assert_eq!(superset_sql(&wrong, &columns(), &[]), None);
         assert_eq!(superset_sql(&lit(true), &columns(), &[]), None);
         assert_eq!(superset_sql(&lit(false), &columns(), &[]).unwrap(), "FALSE");
+    }
+
+    #[test]
+    fn multi_column_key_lists_become_one_list_per_column() {
+        use arrow::array::{ArrayRef, Int32Array, StringArray, StructArray};
+        use arrow::datatypes::{DataType, Field};
+        use datafusion::common::config::ConfigOptions;
+        let schema = arrow::datatypes::Schema::new(
+            columns().iter().map(PgColumn::field).collect::<Vec<_>>(),
+        );
+        let fields = vec![
+            Arc::new(Field::new("c0", DataType::Int32, true)),
+            Arc::new(Field::new("c1", DataType::Utf8, true)),
+        ];
+        let pairs = StructArray::from(vec![
+            (
+                Arc::clone(&fields[0]),
+                Arc::new(Int32Array::from(vec![9, 3, 9])) as ArrayRef,
+            ),
+            (
+                Arc::clone(&fields[1]),
+                Arc::new(StringArray::from(vec!["a", "b", "b"])) as ArrayRef,
+            ),
+        ]);
+        let key = Arc::new(ScalarFunctionExpr::new(
+            "struct",
+            datafusion::functions::core::r#struct(),
+            vec![col("k", 0), col("we\"ird", 1)],
+            Arc::new(Field::new("struct", DataType::Struct(fields.into()), true)),
+            Arc::new(ConfigOptions::default()),
+        )) as Arc<dyn PhysicalExpr>;
+        let list =
+            Arc::new(InListExpr::try_new_from_array(key, Arc::new(pairs), false, &schema).unwrap())
+                as Arc<dyn PhysicalExpr>;
+        // Each column's keys, once each; a pair that joins has both parts in their lists.
+        assert_eq!(
+            superset_sql(&list, &columns(), &[]).unwrap(),
+            "((\"k\" = ANY('{3,9}'::int4[])) AND (\"we\"\"ird\" IN ('a', 'b')))"
+        );
+        // A column whose list would filter little is left out, the other stays.
+        assert_eq!(
+            superset_sql(&list, &columns(), &[Some(3), None]).unwrap(),
+            "((\"we\"\"ird\" IN ('a', 'b')))"
+        );
+        assert_eq!(superset_sql(&list, &columns(), &[Some(3), Some(3)]), None);
     }
 
     #[test]

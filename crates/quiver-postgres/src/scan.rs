@@ -199,9 +199,9 @@ impl PostgresTable {
         conditions: &[String],
         limit: Option<usize>,
     ) -> Result<TaskPlan> {
-        let copy = |from: &str, range: Option<String>| CopyTask {
+        let copy = |from: &str, pages: Option<PageRange>| CopyTask {
             from: from.to_string(),
-            range,
+            pages,
         };
         let single = |sql: CopyTask, mode: ScanMode| TaskPlan {
             tasks: vec![sql],
@@ -287,13 +287,12 @@ impl PostgresTable {
             let mut start = 0;
             while start < heap.pages {
                 let end = start + per_task;
-                let range = if end >= heap.pages {
-                    // Open-ended: the table may have grown since its size was read.
-                    format!("ctid >= '({start},0)'::tid")
-                } else {
-                    format!("ctid >= '({start},0)'::tid AND ctid < '({end},0)'::tid")
+                // The last range is open-ended: the table may have grown since its size was read.
+                let pages = PageRange {
+                    start,
+                    end: (end < heap.pages).then_some(end),
                 };
-                tasks.push(copy(&heap.qualified, Some(range)));
+                tasks.push(copy(&heap.qualified, Some(pages)));
                 start = end;
             }
         }
@@ -360,8 +359,67 @@ impl PostgresTable {
 #[derive(Debug, Clone)]
 struct CopyTask {
     from: String,
-    range: Option<String>,
+    pages: Option<PageRange>,
 }
+
+/// Heap pages `start..end`; `end: None` reads to the end of the relation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PageRange {
+    start: u64,
+    end: Option<u64>,
+}
+
+impl PageRange {
+    fn sql(&self) -> String {
+        match self.end {
+            Some(end) => format!(
+                "ctid >= '({},0)'::tid AND ctid < '({end},0)'::tid",
+                self.start
+            ),
+            None => format!("ctid >= '({},0)'::tid", self.start),
+        }
+    }
+}
+
+/// The tasks of `partition` of `partitions`: every `partitions`-th task, so that the partitions
+/// share the table evenly however fast each drains; or, when the run-time filters are `large`
+/// (a key list of many thousand values, which Postgres parses and hashes once per statement),
+/// one contiguous block of the tasks with adjacent page ranges merged, so each partition
+/// sends the list once per heap instead of once per task.
+fn partition_tasks(
+    tasks: &[CopyTask],
+    partition: usize,
+    partitions: usize,
+    large: bool,
+) -> Vec<CopyTask> {
+    let partitions = partitions.max(1);
+    if !large {
+        return tasks
+            .iter()
+            .skip(partition)
+            .step_by(partitions)
+            .cloned()
+            .collect();
+    }
+    let from = tasks.len() * partition / partitions;
+    let to = tasks.len() * (partition + 1) / partitions;
+    let mut merged: Vec<CopyTask> = Vec::new();
+    for task in &tasks[from..to] {
+        if let Some(last) = merged.last_mut() {
+            if let (Some(previous), Some(next)) = (&mut last.pages, task.pages) {
+                if last.from == task.from && previous.end == Some(next.start) {
+                    previous.end = next.end;
+                    continue;
+                }
+            }
+        }
+        merged.push(task.clone());
+    }
+    merged
+}
+
+/// Run-time filter SQL longer than this is sent once per partition, not once per task.
+const LARGE_RUNTIME_SQL: usize = 64 * 1024;
 
 /// The tasks of one scan and what the server estimates it returns.
 #[derive(Debug)]
@@ -620,8 +678,8 @@ struct ScanPlan {
 impl ScanPlan {
     /// The `COPY` statement of `task`, with the conditions of run-time filters added.
     fn copy_sql(&self, task: &CopyTask, runtime: &[String]) -> String {
-        let conditions: Vec<&str> = task
-            .range
+        let range = task.pages.as_ref().map(PageRange::sql);
+        let conditions: Vec<&str> = range
             .iter()
             .chain(&self.conditions)
             .chain(runtime)
@@ -847,12 +905,10 @@ impl ExecutionPlan for PostgresScanExec {
                 .iter()
                 .filter_map(|filter| superset_sql(filter, &plan.columns, &plan.distinct))
                 .collect();
-            // Round-robin: deterministic, so executing a partition twice reads the same tasks.
-            let tasks: Vec<String> = plan
-                .tasks
+            // Deterministic, so executing a partition twice reads the same tasks.
+            let large = runtime.iter().map(String::len).sum::<usize>() > LARGE_RUNTIME_SQL;
+            let tasks: Vec<String> = partition_tasks(&plan.tasks, partition, partitions, large)
                 .iter()
-                .skip(partition)
-                .step_by(partitions)
                 .map(|task| plan.copy_sql(task, &runtime))
                 .collect();
             let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&schema), 2);
@@ -1036,5 +1092,78 @@ impl TaskReader {
             .map(|f| f.name().clone())
             .unwrap_or_default();
         PostgresError::Conversion { column, message }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(from: &str, start: u64, end: Option<u64>) -> CopyTask {
+        CopyTask {
+            from: from.into(),
+            pages: Some(PageRange { start, end }),
+        }
+    }
+
+    /// `heap:start..end` per task (`heap` alone for a whole relation).
+    fn ranges(tasks: &[CopyTask]) -> Vec<String> {
+        tasks
+            .iter()
+            .map(|t| match t.pages {
+                Some(PageRange { start, end }) => format!(
+                    "{}:{start}..{}",
+                    t.from,
+                    end.map(|e| e.to_string()).unwrap_or_default()
+                ),
+                None => t.from.clone(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_runtime_filters_read_one_merged_range_per_partition_and_heap() {
+        let tasks = vec![
+            task("a", 0, Some(10)),
+            task("a", 10, Some(20)),
+            task("a", 20, Some(30)),
+            task("a", 30, None),
+            CopyTask {
+                from: "b".into(),
+                pages: None,
+            },
+            task("c", 0, Some(10)),
+            task("c", 10, None),
+        ];
+        // Small filters: every other task, as before.
+        assert_eq!(
+            ranges(&partition_tasks(&tasks, 1, 2, false)),
+            ["a:10..20", "a:30..", "c:0..10"]
+        );
+        // Large filters: contiguous halves, adjacent ranges of one heap merged.
+        assert_eq!(ranges(&partition_tasks(&tasks, 0, 2, true)), ["a:0..30"]);
+        assert_eq!(
+            ranges(&partition_tasks(&tasks, 1, 2, true)),
+            ["a:30..", "b", "c:0.."]
+        );
+        // Every page is read exactly once however the tasks are dealt.
+        for partitions in 1..=8 {
+            let dealt: usize = (0..partitions)
+                .map(|p| partition_tasks(&tasks, p, partitions, false).len())
+                .sum();
+            assert_eq!(dealt, tasks.len());
+            let merged: Vec<CopyTask> = (0..partitions)
+                .flat_map(|p| partition_tasks(&tasks, p, partitions, true))
+                .collect();
+            let ends: Vec<_> = merged.iter().filter(|t| t.from == "a").collect();
+            assert_eq!(ends.first().and_then(|t| t.pages).map(|p| p.start), Some(0));
+            for pair in ends.windows(2) {
+                assert_eq!(
+                    pair[0].pages.and_then(|p| p.end),
+                    pair[1].pages.map(|p| p.start)
+                );
+            }
+            assert_eq!(ends.last().and_then(|t| t.pages).and_then(|p| p.end), None);
+        }
     }
 }

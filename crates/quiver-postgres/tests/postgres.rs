@@ -284,6 +284,67 @@ async fn hash_join_keys_filter_the_probe_side_copy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_key_lists_reach_the_server_once_per_partition() {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::physical_plan::{collect, ExecutionPlan};
+    use quiver_postgres::runtime_filter::key_list_config;
+    use quiver_postgres::scan::PostgresScanExec;
+
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = lit(&pg.dsn("shop"));
+    // 20,000 keys: about 120 KB of SQL, so each partition reads one merged ctid range.
+    let sql = format!(
+        "SELECT count(*), sum(o.id) FROM (SELECT value * 2 AS k FROM generate_series(1, 20000)) AS keys \
+         JOIN postgres_scan_pushdown({dsn}, 'public', 'orders', named_struct('pages_per_task', 20)) o \
+         ON o.id = keys.k"
+    );
+    let expected = pg.psql(
+        "shop",
+        "SELECT count(*) || '|' || sum(id) FROM orders WHERE id % 2 = 0 AND id <= 40000",
+    );
+    // The keys build the hash table, as written (the scan has statistics, the series not).
+    ctx.sql("SET datafusion.optimizer.join_reordering = false")
+        .await
+        .unwrap();
+    let frame = ctx.sql(&sql).await.unwrap();
+    let task = frame.task_ctx();
+    let plan = frame.create_physical_plan().await.unwrap();
+    // As quiver runs any plan that reads Postgres: with room for the list.
+    let config = key_list_config(&plan, task.session_config()).expect("the plan reads Postgres");
+    let batches = collect(
+        Arc::clone(&plan),
+        Arc::new(task.with_session_config(config)),
+    )
+    .await
+    .unwrap();
+    let got = format!("{}|{}", single_i64(&batches, 0), single_i64(&batches, 1));
+    assert_eq!(got, expected);
+    // The server sent only the 20,000 joining rows of 50,000.
+    let mut scanned = None;
+    plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<PostgresScanExec>() {
+            scanned = scan.metrics().and_then(|m| m.output_rows());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    let shown = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(true)
+        .to_string();
+    assert_eq!(scanned, Some(20_000), "{shown}");
+    // A plan without Postgres keeps the session's settings.
+    let local = ctx
+        .sql("SELECT 1")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    assert!(key_list_config(&local, &ctx.copied_config()).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn filters_projections_and_limits_are_pushed_down() {
     let pg = require_cluster!();
     let ctx = context();
