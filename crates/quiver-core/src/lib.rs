@@ -23,6 +23,7 @@ pub mod external;
 pub mod files;
 pub mod format;
 mod identifiers;
+pub mod join_sides;
 pub mod metrics;
 pub mod result;
 pub mod session;

@@ -10,6 +10,7 @@ use datafusion::catalog::{
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
@@ -114,12 +115,24 @@ impl Session {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime.build_arc().map_err(QuiverError::from)?;
-        // quiver's physical rules run after DataFusion's: the small-key GROUP BY path, and Top-K
-        // over wide Parquet scans reading the wide columns late.
+        // Join sides by rows runs right after DataFusion's join selection, before anything
+        // wires run-time filters from build to probe sides. quiver's other physical rules run
+        // after DataFusion's: the small-key GROUP BY path, and Top-K over wide Parquet scans
+        // reading the wide columns late.
+        let mut rules = PhysicalOptimizer::new().rules;
+        let after_join_selection = rules
+            .iter()
+            .position(|rule| rule.name() == "join_selection")
+            .map_or(0, |at| at + 1);
+        rules.insert(
+            after_join_selection,
+            Arc::new(crate::join_sides::RowCountJoinSides),
+        );
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_physical_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
             .with_physical_optimizer_rule(Arc::new(crate::topk::TopKThresholdRule))
             .with_physical_optimizer_rule(Arc::new(crate::conjunction::ConjunctionFilterRule))
