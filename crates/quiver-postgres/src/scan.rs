@@ -18,6 +18,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use bytes::{Buf, BytesMut};
 use datafusion::catalog::{Session, TableProvider};
@@ -44,7 +45,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream, Statistics,
 };
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use crate::binary_copy::{CopyFormatError, CopyParser};
@@ -647,12 +648,36 @@ impl TableProvider for PostgresTable {
                 limit,
                 columns,
                 distinct,
+                statements: String::new(),
             },
             schema,
             connections,
             pool,
             Arc::new(statistics),
         )))
+    }
+}
+
+/// A scan whose output is estimated above this many bytes never buffers it to share it.
+const SHARE_AT_MOST: usize = 256 * 1024 * 1024;
+
+/// A spawned task that is aborted when its handle is dropped (by every scan sharing it).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = std::result::Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }
 
@@ -673,6 +698,9 @@ struct ScanPlan {
     columns: Vec<PgColumn>,
     /// Their distinct counts as the server's statistics estimate them, where known.
     distinct: Vec<Option<usize>>,
+    /// Every task's statement (without run-time filters): scans of one query with the same
+    /// statements read the same rows, and share one read.
+    statements: String,
 }
 
 impl ScanPlan {
@@ -719,12 +747,19 @@ pub struct PostgresScanExec {
 
 impl PostgresScanExec {
     fn new(
-        plan: ScanPlan,
+        mut plan: ScanPlan,
         schema: SchemaRef,
         connections: usize,
         pool: Arc<SnapshotPool>,
         statistics: Arc<Statistics>,
     ) -> Self {
+        plan.statements = plan
+            .tasks
+            .iter()
+            .map(|task| plan.copy_sql(task, &[]))
+            .collect::<Vec<_>>()
+            .join(";\n");
+        pool.register_scan(&plan.statements);
         let partitions = connections.min(plan.tasks.len()).max(1);
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&schema)),
@@ -898,6 +933,11 @@ impl ExecutionPlan for PostgresScanExec {
         let filters = self.runtime_filters.clone();
         let partitions = self.partitions;
         let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let shareable = self
+            .statistics
+            .total_byte_size
+            .get_value()
+            .is_some_and(|bytes| *bytes <= SHARE_AT_MOST);
         // The COPY starts on the first poll, not here: a hash join polls its probe side only
         // after its build side is complete and its runtime filter published.
         let start = async move {
@@ -911,6 +951,22 @@ impl ExecutionPlan for PostgresScanExec {
                 .iter()
                 .map(|task| plan.copy_sql(task, &runtime))
                 .collect();
+            let readers = pool.scans_reading(&plan.statements);
+            if runtime.is_empty() && shareable && readers > 1 {
+                return shared_stream(
+                    TaskReader {
+                        pool: Arc::clone(&pool),
+                        plan: Arc::clone(&plan),
+                        schema: Arc::clone(&schema),
+                        batch_size,
+                        output_rows: Count::new(),
+                    },
+                    tasks,
+                    format!("{partition}/{partitions}:{}", plan.statements),
+                    readers,
+                    output_rows,
+                );
+            }
             let mut builder = RecordBatchReceiverStream::builder(Arc::clone(&schema), 2);
             let tx = builder.tx();
             let reader = TaskReader {
@@ -933,6 +989,52 @@ impl ExecutionPlan for PostgresScanExec {
             futures::stream::once(start).flatten(),
         )))
     }
+}
+
+/// The partition of a scan whose statements `readers` scans of the query read alike: one of
+/// them runs `tasks` into memory, on its own task, and each streams the batches.
+fn shared_stream(
+    reader: TaskReader,
+    tasks: Vec<String>,
+    key: String,
+    readers: usize,
+    output_rows: Count,
+) -> SendableRecordBatchStream {
+    let schema = Arc::clone(&reader.schema);
+    let pool = Arc::clone(&reader.pool);
+    let read = pool.shared_read(key, readers, move || {
+        let task = AbortOnDrop(tokio::spawn(async move {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+            let collect = async {
+                let mut batches = Vec::new();
+                while let Some(batch) = rx.recv().await {
+                    batches.push(batch?);
+                }
+                Ok::<_, DataFusionError>(batches)
+            };
+            let (ran, batches) = tokio::join!(reader.run(tasks, tx), collect);
+            ran.map_err(PostgresError::into_datafusion)?;
+            Ok::<_, DataFusionError>(Arc::new(batches?))
+        }));
+        async move {
+            match task.await {
+                Ok(result) => result.map_err(Arc::new),
+                Err(e) => Err(Arc::new(DataFusionError::ExecutionJoin(Box::new(e)))),
+            }
+        }
+        .boxed()
+    });
+    let batches = futures::stream::once(read).flat_map(move |result| {
+        let items: Vec<DFResult<RecordBatch>> = match result {
+            Ok(batches) => {
+                output_rows.add(batches.iter().map(RecordBatch::num_rows).sum());
+                batches.iter().cloned().map(Ok).collect()
+            }
+            Err(e) => vec![Err(DataFusionError::Shared(e))],
+        };
+        futures::stream::iter(items)
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, batches))
 }
 
 /// The network half of the reader: runs COPY tasks on a pooled connection and hands the bytes

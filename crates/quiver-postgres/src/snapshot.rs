@@ -16,6 +16,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use arrow::record_batch::RecordBatch;
+use futures::future::{BoxFuture, FutureExt, Shared};
+
 use crate::connection::{ConnectTarget, PgConnection};
 use crate::error::{PostgresError, Result};
 use crate::sql::quote_literal;
@@ -58,6 +61,24 @@ pub struct SnapshotPool {
     target: ConnectTarget,
     snapshot: tokio::sync::OnceCell<String>,
     idle: Mutex<Vec<PgConnection>>,
+    /// The connection whose transaction exported the snapshot. It reads nothing: a reader's
+    /// connection is dropped when its COPY is abandoned (a LIMIT, Ctrl-C), and if that were
+    /// the exporter, its snapshot would end with it and every later import would fail.
+    exporter: Mutex<Option<PgConnection>>,
+    /// How many scans of the query read exactly the same statements, by their statements.
+    scans: Mutex<HashMap<String, usize>>,
+    /// Reads shared by identical scans, by statements and partition (see [`Self::shared_read`]).
+    shared: Mutex<HashMap<String, SharedEntry>>,
+}
+
+/// The batches of one shared read, or its error (shared: errors do not clone).
+pub type SharedBatches =
+    std::result::Result<Arc<Vec<RecordBatch>>, Arc<datafusion::error::DataFusionError>>;
+
+struct SharedEntry {
+    read: Shared<BoxFuture<'static, SharedBatches>>,
+    /// Scans that have not taken the read yet; the entry goes when the last one takes it.
+    waiting: usize,
 }
 
 impl std::fmt::Debug for SnapshotPool {
@@ -76,7 +97,54 @@ impl SnapshotPool {
             target,
             snapshot: tokio::sync::OnceCell::new(),
             idle: Mutex::new(Vec::new()),
+            exporter: Mutex::new(None),
+            scans: Mutex::new(HashMap::new()),
+            shared: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts a planned scan that reads `statements`; returns how many of the query's scans
+    /// read them so far.
+    pub fn register_scan(&self, statements: &str) -> usize {
+        let Ok(mut scans) = self.scans.lock() else {
+            return 1;
+        };
+        let count = scans.entry(statements.to_string()).or_default();
+        *count += 1;
+        *count
+    }
+
+    /// How many of the query's scans read exactly `statements`.
+    pub fn scans_reading(&self, statements: &str) -> usize {
+        self.scans
+            .lock()
+            .ok()
+            .and_then(|scans| scans.get(statements).copied())
+            .unwrap_or(1)
+    }
+
+    /// The read `key` that `readers` scans share: the first caller starts `read` (which runs
+    /// on its own task, so it progresses whichever scan is polled), the others wait for its
+    /// batches. TPC-H Q15 names the same view twice; both read one COPY.
+    pub fn shared_read(
+        &self,
+        key: String,
+        readers: usize,
+        read: impl FnOnce() -> BoxFuture<'static, SharedBatches>,
+    ) -> Shared<BoxFuture<'static, SharedBatches>> {
+        let Ok(mut shared) = self.shared.lock() else {
+            return read().shared();
+        };
+        let entry = shared.entry(key.clone()).or_insert_with(|| SharedEntry {
+            read: read().shared(),
+            waiting: readers,
+        });
+        let future = entry.read.clone();
+        entry.waiting = entry.waiting.saturating_sub(1);
+        if entry.waiting == 0 {
+            shared.remove(&key);
+        }
+        future
     }
 
     /// The exported snapshot's identifier, once a scan has started.
@@ -120,7 +188,15 @@ impl SnapshotPool {
             .await
             .map_err(|e| PostgresError::server("exporting the snapshot", &e))?;
         let id: String = row.get(0);
-        self.give_back(client);
+        match self.exporter.lock() {
+            Ok(mut exporter) => *exporter = Some(client),
+            Err(_) => {
+                return Err(PostgresError::Server {
+                    what: "exporting the snapshot".into(),
+                    message: "the connection pool's lock is poisoned".into(),
+                })
+            }
+        }
         Ok(id)
     }
 
