@@ -715,3 +715,27 @@ async fn dropping_a_scan_cancels_the_server_side_copy() {
     }
     assert_eq!(still, "0", "the server-side COPY was not cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn attached_tables_are_described_on_one_kept_connection() {
+    use datafusion::catalog::CatalogProvider;
+    use quiver_postgres::{attach, AttachOptions};
+
+    let pg = require_cluster!();
+    let catalog = attach(&pg.dsn("shop"), AttachOptions::default())
+        .await
+        .unwrap();
+    let schema = catalog.schema("public").unwrap();
+    assert!(schema.table("orders").await.unwrap().is_some());
+    // The server closes the kept connection (an idle timeout, a restart): the next lookup
+    // connects again instead of failing.
+    pg.psql(
+        "shop",
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = 'shop' AND pid <> pg_backend_pid() AND application_name = 'quiver'",
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let measurements = schema.table("measurements").await.unwrap();
+    assert!(measurements.is_some());
+    assert!(schema.table("no_such_table").await.unwrap().is_none());
+}
