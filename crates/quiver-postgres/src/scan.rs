@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use bytes::{Buf, BytesMut};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::sink::DataSinkExec;
@@ -661,26 +662,6 @@ impl TableProvider for PostgresTable {
 /// A scan whose output is estimated above this many bytes never buffers it to share it.
 const SHARE_AT_MOST: usize = 256 * 1024 * 1024;
 
-/// A spawned task that is aborted when its handle is dropped (by every scan sharing it).
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl<T> std::future::Future for AbortOnDrop<T> {
-    type Output = std::result::Result<T, tokio::task::JoinError>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0).poll(cx)
-    }
-}
-
 /// Everything a [`PostgresScanExec`] needs besides its pool.
 #[derive(Debug, Clone)]
 struct ScanPlan {
@@ -1003,7 +984,8 @@ fn shared_stream(
     let schema = Arc::clone(&reader.schema);
     let pool = Arc::clone(&reader.pool);
     let read = pool.shared_read(key, readers, move || {
-        let task = AbortOnDrop(tokio::spawn(async move {
+        // Aborted when dropped, that is when every scan sharing the read has gone.
+        let task = SpawnedTask::spawn(async move {
             let (tx, mut rx) = tokio::sync::mpsc::channel(2);
             let collect = async {
                 let mut batches = Vec::new();
@@ -1015,9 +997,9 @@ fn shared_stream(
             let (ran, batches) = tokio::join!(reader.run(tasks, tx), collect);
             ran.map_err(PostgresError::into_datafusion)?;
             Ok::<_, DataFusionError>(Arc::new(batches?))
-        }));
+        });
         async move {
-            match task.await {
+            match task.join().await {
                 Ok(result) => result.map_err(Arc::new),
                 Err(e) => Err(Arc::new(DataFusionError::ExecutionJoin(Box::new(e)))),
             }

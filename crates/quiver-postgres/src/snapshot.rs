@@ -103,15 +103,11 @@ impl SnapshotPool {
         }
     }
 
-    /// Counts a planned scan that reads `statements`; returns how many of the query's scans
-    /// read them so far.
-    pub fn register_scan(&self, statements: &str) -> usize {
-        let Ok(mut scans) = self.scans.lock() else {
-            return 1;
-        };
-        let count = scans.entry(statements.to_string()).or_default();
-        *count += 1;
-        *count
+    /// Counts a planned scan that reads `statements` (see [`Self::scans_reading`]).
+    pub fn register_scan(&self, statements: &str) {
+        if let Ok(mut scans) = self.scans.lock() {
+            *scans.entry(statements.to_string()).or_default() += 1;
+        }
     }
 
     /// How many of the query's scans read exactly `statements`.
