@@ -51,6 +51,17 @@ async fn explain(ctx: &SessionContext, sql: &str) -> String {
     pretty_format_batches(&batches).unwrap().to_string()
 }
 
+async fn explain_analyze(ctx: &SessionContext, sql: &str) -> String {
+    let batches = query(ctx, &format!("EXPLAIN ANALYZE {sql}")).await;
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+/// The first two columns of a one-row `count(*), sum(...)` result, as `count|sum` (the form
+/// the `psql` helper returns for the same query on the server).
+fn count_and_sum(batches: &[RecordBatch]) -> String {
+    format!("{}|{}", single_i64(batches, 0), single_i64(batches, 1))
+}
+
 fn single_i64(batches: &[RecordBatch], column: usize) -> i64 {
     let array = batches[0].column(column);
     match array.data_type() {
@@ -257,12 +268,11 @@ async fn hash_join_keys_filter_the_probe_side_copy() {
         "SELECT count(*) || '|' || sum(id) FROM orders WHERE customer IN (3, 5) AND id <= 20000",
     );
     let batches = query(&ctx, &sql).await;
-    let got = format!("{}|{}", single_i64(&batches, 0), single_i64(&batches, 1));
+    let got = count_and_sum(&batches);
     assert_eq!(got, expected);
     assert!(explain(&ctx, &sql).await.contains("runtime filters=1"));
     // The server sent only the joining rows: the scan's output is the join's.
-    let analyzed = query(&ctx, &format!("EXPLAIN ANALYZE {sql}")).await;
-    let analyzed = pretty_format_batches(&analyzed).unwrap().to_string();
+    let analyzed = explain_analyze(&ctx, &sql).await;
     let count = expected.split('|').next().unwrap();
     let scan = analyzed
         .lines()
@@ -278,7 +288,7 @@ async fn hash_join_keys_filter_the_probe_side_copy() {
         .await
         .unwrap();
     let batches = query(&ctx, &sql).await;
-    let got = format!("{}|{}", single_i64(&batches, 0), single_i64(&batches, 1));
+    let got = count_and_sum(&batches);
     assert_eq!(got, expected);
     assert!(!explain(&ctx, &sql).await.contains("runtime filters"));
 }
@@ -318,7 +328,7 @@ async fn large_key_lists_reach_the_server_once_per_partition() {
     )
     .await
     .unwrap();
-    let got = format!("{}|{}", single_i64(&batches, 0), single_i64(&batches, 1));
+    let got = count_and_sum(&batches);
     assert_eq!(got, expected);
     // The server sent only the 20,000 joining rows of 50,000.
     let mut scanned = None;
@@ -364,11 +374,10 @@ async fn identical_scans_of_one_query_share_one_read() {
     );
     for _ in 0..3 {
         let batches = query(&ctx, &sql).await;
-        let got = format!("{}|{}", single_i64(&batches, 0), single_i64(&batches, 1));
+        let got = count_and_sum(&batches);
         assert_eq!(got, expected);
     }
-    let analyzed = query(&ctx, &format!("EXPLAIN ANALYZE {sql}")).await;
-    let analyzed = pretty_format_batches(&analyzed).unwrap().to_string();
+    let analyzed = explain_analyze(&ctx, &sql).await;
     let half: i64 = expected.split('|').next().unwrap().parse::<i64>().unwrap() / 2;
     let scans: Vec<&str> = analyzed
         .lines()
