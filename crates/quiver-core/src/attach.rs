@@ -233,12 +233,13 @@ fn apply_option(
         "read_only" => options.read_only = flag(value)?,
         "read_write" => options.read_only = !flag(value)?,
         "filter_pushdown" => options.scan.filter_pushdown = flag(value)?,
+        "query_pushdown" => options.scan.query_pushdown = flag(value)?,
         "pages_per_task" => options.scan.pages_per_task = number(value)?,
         "connections" => options.scan.connections = Some(number(value)? as usize),
         other => {
             return Err(invalid(format!(
                 "unknown ATTACH option {other}; valid options are TYPE, SCHEMA, READ_ONLY, \
-                 FILTER_PUSHDOWN, PAGES_PER_TASK, CONNECTIONS"
+                 FILTER_PUSHDOWN, QUERY_PUSHDOWN, PAGES_PER_TASK, CONNECTIONS"
             )))
         }
     }
@@ -420,7 +421,8 @@ mod tests {
     #[test]
     fn attach_options_are_parsed() {
         let command = parse(
-            "ATTACH 'dbname=shop' AS shop (TYPE postgres, SCHEMA 'sales', READ_ONLY, PAGES_PER_TASK 10)",
+            "ATTACH 'dbname=shop' AS shop (TYPE postgres, SCHEMA 'sales', READ_ONLY, PAGES_PER_TASK 10, \
+             QUERY_PUSHDOWN false)",
         )
         .unwrap();
         match command {
@@ -435,6 +437,7 @@ mod tests {
                 assert_eq!(options.schema, "sales");
                 assert!(options.read_only);
                 assert_eq!(options.scan.pages_per_task, 10);
+                assert!(!options.scan.query_pushdown);
             }
             other => panic!("unexpected {other:?}"),
         }

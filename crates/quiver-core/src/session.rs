@@ -248,6 +248,9 @@ impl Session {
         if let Some(params) = options.params {
             plan = plan.with_param_values(params).map_err(QuiverError::from)?;
         }
+        let plan = quiver_postgres::pushdown::push_joins(plan)
+            .await
+            .map_err(QuiverError::from)?;
         let frame = self
             .ctx
             .execute_logical_plan(plan)

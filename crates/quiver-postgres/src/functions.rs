@@ -52,6 +52,7 @@ impl TableFunctionImpl for PostgresScanFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DFResult<Arc<dyn TableProvider>> {
         let mut options = ScanOptions {
             filter_pushdown: self.pushdown,
+            query_pushdown: self.pushdown,
             ..ScanOptions::default()
         };
         let positional = parse_args(self.name, args.exprs(), &mut options)?;

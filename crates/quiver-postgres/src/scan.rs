@@ -74,6 +74,9 @@ pub struct ScanOptions {
     pub connections: Option<usize>,
     /// Whether filters are pushed into Postgres.
     pub filter_pushdown: bool,
+    /// Whether joins of this database's tables may run in Postgres as one query when its
+    /// planner expects that to beat reading the tables (see [`crate::pushdown`]).
+    pub query_pushdown: bool,
 }
 
 impl Default for ScanOptions {
@@ -82,6 +85,7 @@ impl Default for ScanOptions {
             pages_per_task: DEFAULT_PAGES_PER_TASK,
             connections: None,
             filter_pushdown: true,
+            query_pushdown: true,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct PostgresTable {
     options: ScanOptions,
     /// Whether INSERT may write (tables of an ATTACH without READ_ONLY).
     writable: bool,
+    /// What EXPLAIN calls the source, when not the relation's name or "query".
+    label: Option<String>,
 }
 
 impl PostgresTable {
@@ -148,6 +154,7 @@ impl PostgresTable {
             schema: Arc::new(Schema::empty()),
             options,
             writable: false,
+            label: None,
         };
         table.set_columns(columns);
         table
@@ -158,6 +165,25 @@ impl PostgresTable {
             columns.iter().map(PgColumn::field).collect::<Vec<_>>(),
         ));
         self.columns = columns;
+    }
+
+    /// A query quiver wrote and already described, shown in EXPLAIN as `label`.
+    pub fn for_described_query(
+        target: ConnectTarget,
+        sql: String,
+        columns: Vec<PgColumn>,
+        options: ScanOptions,
+        label: String,
+    ) -> Self {
+        let mut table = Self::new(target, ScanSource::Query(sql), options);
+        table.set_columns(columns);
+        table.label = Some(label);
+        table
+    }
+
+    /// The scan options.
+    pub fn options(&self) -> &ScanOptions {
+        &self.options
     }
 
     /// Allows (or refuses) INSERT into this table.
@@ -185,6 +211,9 @@ impl PostgresTable {
     }
 
     fn describe_source(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.clone();
+        }
         match &self.source {
             ScanSource::Relation(relation) => relation.qualified(),
             ScanSource::Query(_) => "query".into(),

@@ -748,3 +748,142 @@ async fn attached_tables_are_described_on_one_kept_connection() {
     assert!(measurements.is_some());
     assert!(schema.table("no_such_table").await.unwrap().is_none());
 }
+
+/// Runs `sql` the way a quiver session does: joins the server's planner expects to win are
+/// pushed into Postgres before DataFusion optimizes.
+async fn query_pushed(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
+    let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+    let plan = quiver_postgres::pushdown::push_joins(plan).await.unwrap();
+    ctx.execute_logical_plan(plan)
+        .await
+        .unwrap_or_else(|e| panic!("planning {sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("running {sql}: {e}"))
+}
+
+async fn explain_pushed(ctx: &SessionContext, sql: &str) -> String {
+    let batches = query_pushed(ctx, &format!("EXPLAIN {sql}")).await;
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+fn pretty(batches: &[RecordBatch]) -> String {
+    pretty_format_batches(batches).unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_the_server_plans_better_run_in_postgres() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = lit(&pg.dsn("shop"));
+    let scan = |table: &str, function: &str| format!("{function}({dsn}, 'public', '{table}')");
+    // Three rows against 50,000: Postgres probes the primary key; quiver would read `orders`.
+    let join = |function: &str| {
+        format!(
+            "SELECT w.id, w.\"sel;ect\", o.total, o.created, o.note \
+             FROM {} w JOIN {} o ON o.id = w.id \
+             WHERE w.\"sel;ect\" <> '''); DROP TABLE t; --' ORDER BY w.id",
+            scan("we\"ird", function),
+            scan("orders", function)
+        )
+    };
+    let pushed = join("postgres_scan_pushdown");
+    let plan = explain_pushed(&ctx, &pushed).await;
+    assert!(
+        plan.contains("query joining \"public\".\"we\"\"ird\", \"public\".\"orders\""),
+        "{plan}"
+    );
+    assert_eq!(plan.matches("PostgresScanExec").count(), 1, "{plan}");
+    let batches = query_pushed(&ctx, &pushed).await;
+    assert_eq!(
+        pretty(&batches),
+        pretty(&query(&ctx, &pushed).await),
+        "pushed and read by quiver alike"
+    );
+    let expected = pg.psql(
+        "shop",
+        "SELECT w.id || '|' || w.\"sel;ect\" || '|' || o.total || '|' || o.created || '|' || o.note \
+         FROM \"we\"\"ird\" w JOIN orders o ON o.id = w.id \
+         WHERE w.\"sel;ect\" <> '''); DROP TABLE t; --' ORDER BY w.id",
+    );
+    assert_eq!(expected, "2|plain|0.20|2024-01-03|order 2");
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    assert_eq!(batches[0].column(0).as_primitive::<Int32Type>().value(0), 2);
+    assert_eq!(
+        batches[0].column(2).data_type(),
+        &DataType::Decimal128(12, 2)
+    );
+    assert_eq!(pg.psql("shop", "SELECT x FROM t"), "42", "table t survived");
+
+    // Aggregates come back with quiver's types and values: sum, avg and min/max of strings
+    // (the test cluster's collation is C, so string ordering may be pushed).
+    let aggregate = |function: &str| {
+        format!(
+            "SELECT w.\"MixedCase\" AS k, count(*) AS n, sum(o.total) AS s, avg(o.total) AS a, \
+             min(o.created) AS first, max(o.note) AS last \
+             FROM {} w JOIN {} o ON o.id = w.id GROUP BY w.\"MixedCase\" ORDER BY k",
+            scan("we\"ird", function),
+            scan("orders", function)
+        )
+    };
+    let pushed = aggregate("postgres_scan_pushdown");
+    assert!(explain_pushed(&ctx, &pushed)
+        .await
+        .contains("query joining"));
+    let batches = query_pushed(&ctx, &pushed).await;
+    let local = query(&ctx, &pushed).await;
+    let types = |batches: &[RecordBatch]| {
+        let schema = batches[0].schema();
+        let fields = schema.fields().iter();
+        fields
+            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(types(&batches), types(&local));
+    assert_eq!(pretty(&batches), pretty(&local));
+
+    // postgres_scan (no pushdown) keeps the join in quiver, with the same answer.
+    let kept = join("postgres_scan");
+    let plan = explain_pushed(&ctx, &kept).await;
+    assert!(!plan.contains("query joining"), "{plan}");
+    assert_eq!(
+        pretty(&query_pushed(&ctx, &kept).await),
+        pretty(&query(&ctx, &join("postgres_scan_pushdown")).await)
+    );
+
+    // Only the Postgres part of a query with local rows is pushed.
+    let mixed = format!(
+        "SELECT v.k, x.total FROM (VALUES (2), (3)) AS v(k) \
+         JOIN (SELECT w.id, o.total FROM {} w JOIN {} o ON o.id = w.id) x ON x.id = v.k ORDER BY v.k",
+        scan("we\"ird", "postgres_scan_pushdown"),
+        scan("orders", "postgres_scan_pushdown")
+    );
+    let plan = explain_pushed(&ctx, &mixed).await;
+    assert!(plan.contains("query joining"), "{plan}");
+    assert_eq!(
+        pretty(&query_pushed(&ctx, &mixed).await),
+        pretty(&query(&ctx, &mixed).await)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn joins_the_server_plans_worse_stay_in_quiver() {
+    let pg = require_cluster!();
+    let ctx = context();
+    let dsn = lit(&pg.dsn("shop"));
+    // A join of two whole tables costs Postgres more than reading them: it stays.
+    let sql = format!(
+        "SELECT count(*), sum(o.id) FROM postgres_scan_pushdown({dsn}, 'public', 'orders') o \
+         JOIN postgres_scan_pushdown({dsn}, 'public', 'measurements') m ON m.id = o.id"
+    );
+    let plan = explain_pushed(&ctx, &sql).await;
+    assert!(!plan.contains("query joining"), "{plan}");
+    assert_eq!(plan.matches("PostgresScanExec").count(), 2, "{plan}");
+    assert_eq!(
+        count_and_sum(&query_pushed(&ctx, &sql).await),
+        pg.psql(
+            "shop",
+            "SELECT count(*) || '|' || sum(o.id) FROM orders o JOIN measurements m ON m.id = o.id"
+        )
+    );
+}
