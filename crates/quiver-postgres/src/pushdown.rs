@@ -463,9 +463,7 @@ async fn try_push(subtree: &LogicalPlan, candidate: Candidate) -> Option<Logical
     let sql = remote_sql(subtree).ok()??;
     let target = candidate.target.clone()?;
     let client = target.connect().await.ok()?;
-    if !cheaper_on_server(&client, &sql, &candidate).await? {
-        return None;
-    }
+    let rows = cheaper_on_server(&client, &sql, &candidate).await?;
     let columns = describe_query(&client, &sql).await.ok()?;
     if columns.len() != subtree.schema().fields().len() {
         return None;
@@ -480,14 +478,21 @@ async fn try_push(subtree: &LogicalPlan, candidate: Candidate) -> Option<Logical
         "query joining {} (pushed: the server's planner expects it to beat reading them)",
         names.join(", ")
     );
-    let table =
-        PostgresTable::for_described_query(target, sql, columns, candidate.options.clone(), label);
+    let table = PostgresTable::for_described_query(
+        target,
+        sql,
+        columns,
+        candidate.options.clone(),
+        label,
+        rows,
+    );
     replacement(subtree, table).ok()
 }
 
 /// Asks the server's planner for the subtree's cost and for the cost of sequentially reading
-/// each relation it names, all pipelined on one connection.
-async fn cheaper_on_server(client: &Client, sql: &str, candidate: &Candidate) -> Option<bool> {
+/// each relation it names, all pipelined on one connection. The subtree's estimated rows when
+/// it is cheaper on the server.
+async fn cheaper_on_server(client: &Client, sql: &str, candidate: &Candidate) -> Option<f64> {
     let unique: BTreeSet<String> = candidate
         .relations
         .iter()
@@ -515,10 +520,11 @@ async fn cheaper_on_server(client: &Client, sql: &str, candidate: &Candidate) ->
     .ok()?;
     if let Some(collation) = collation {
         if !matches!(collation.as_str(), "C" | "POSIX") && !collation.starts_with("C.") {
-            return Some(false);
+            return None;
         }
     }
-    let query_cost = total_cost(&first_value(&query_plan)?)?;
+    let query_line = first_value(&query_plan)?;
+    let query_cost = total_cost(&query_line)?;
     // Each relation counts once, the least quiver reads: identical scans of a relation share
     // one read ([`crate::snapshot::SnapshotPool::shared_read`]), where Postgres computes a
     // subquery named twice twice (TPC-H Q15: 2.1x slower pushed).
@@ -526,7 +532,7 @@ async fn cheaper_on_server(client: &Client, sql: &str, candidate: &Candidate) ->
     for plan in &read_plans {
         read_cost += total_cost(&first_value(plan)?)?;
     }
-    Some(query_cost < read_cost)
+    (query_cost < read_cost).then_some(estimated_rows(&query_line)?)
 }
 
 fn first_value(messages: &[SimpleQueryMessage]) -> Option<String> {
@@ -541,6 +547,12 @@ fn total_cost(line: &str) -> Option<f64> {
     let after = &line[line.find("(cost=")? + "(cost=".len()..];
     let total = &after[after.find("..")? + 2..];
     total[..total.find(' ')?].parse().ok()
+}
+
+/// The row estimate of the first line of text EXPLAIN output: `… rows=1234 width=…`.
+fn estimated_rows(line: &str) -> Option<f64> {
+    let after = &line[line.find(" rows=")? + " rows=".len()..];
+    after[..after.find(' ')?].parse().ok()
 }
 
 /// A scan of `table` with the subtree's exact output schema (names, qualifiers and types).
@@ -721,6 +733,9 @@ mod tests {
         );
         assert_eq!(total_cost("Result  (cost=0.00..0.01"), None);
         assert_eq!(total_cost("nothing here"), None);
+        let line = "Hash Join  (cost=5.25..158555.06 rows=6001106 width=8)";
+        assert_eq!(estimated_rows(line), Some(6001106.0));
+        assert_eq!(estimated_rows("Result  (cost=0.00..0.01 rows=1"), None);
     }
 
     #[test]

@@ -111,6 +111,8 @@ pub struct PostgresTable {
     writable: bool,
     /// What EXPLAIN calls the source, when not the relation's name or "query".
     label: Option<String>,
+    /// The server planner's row estimate for a query source, when quiver asked for it.
+    query_rows: Option<f64>,
 }
 
 impl PostgresTable {
@@ -155,6 +157,7 @@ impl PostgresTable {
             options,
             writable: false,
             label: None,
+            query_rows: None,
         };
         table.set_columns(columns);
         table
@@ -167,17 +170,20 @@ impl PostgresTable {
         self.columns = columns;
     }
 
-    /// A query quiver wrote and already described, shown in EXPLAIN as `label`.
+    /// A query quiver wrote and already described, shown in EXPLAIN as `label`, which the
+    /// server's planner expects to return `rows` rows.
     pub fn for_described_query(
         target: ConnectTarget,
         sql: String,
         columns: Vec<PgColumn>,
         options: ScanOptions,
         label: String,
+        rows: f64,
     ) -> Self {
         let mut table = Self::new(target, ScanSource::Query(sql), options);
         table.set_columns(columns);
         table.label = Some(label);
+        table.query_rows = Some(rows);
         table
     }
 
@@ -243,7 +249,11 @@ impl PostgresTable {
         let relation = match &self.source {
             ScanSource::Query(sql) => {
                 let from = format!("({sql}) AS quiver_query");
-                return Ok(single(copy(&from, None), ScanMode::Single("a query")));
+                let mut plan = single(copy(&from, None), ScanMode::Single("a query"));
+                if conditions.is_empty() {
+                    plan.rows = self.query_rows;
+                }
+                return Ok(plan);
             }
             ScanSource::Relation(relation) => relation,
         };

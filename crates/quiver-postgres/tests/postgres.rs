@@ -860,6 +860,19 @@ async fn joins_the_server_plans_better_run_in_postgres() {
     );
     let plan = explain_pushed(&ctx, &mixed).await;
     assert!(plan.contains("query joining"), "{plan}");
+    // The pushed scan carries the server planner's row estimate, for DataFusion's joins.
+    ctx.sql("SET datafusion.explain.show_statistics = true")
+        .await
+        .unwrap();
+    let plan = explain_pushed(&ctx, &mixed).await;
+    let scan = plan
+        .lines()
+        .find(|line| line.contains("PostgresScanExec"))
+        .unwrap();
+    assert!(scan.contains("Rows=Inexact(3)"), "{plan}");
+    ctx.sql("SET datafusion.explain.show_statistics = false")
+        .await
+        .unwrap();
     assert_eq!(
         pretty(&query_pushed(&ctx, &mixed).await),
         pretty(&query(&ctx, &mixed).await)
