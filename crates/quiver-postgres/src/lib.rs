@@ -14,6 +14,8 @@
 //!   ([`runtime_filter`]);
 //! * each scan reports the server's row and distinct-count estimates as DataFusion statistics,
 //!   so join order and build sides follow the data ([`scan`], [`catalog`]);
+//! * a join of one database's tables that the server's planner expects to run for less than
+//!   reading those tables is sent to Postgres as one query ([`pushdown`]);
 //! * a database can be attached as a catalog ([`attach`]) and written to with binary
 //!   `COPY ... FROM STDIN` in one transaction ([`copy_in`]).
 //!
