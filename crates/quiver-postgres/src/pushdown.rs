@@ -30,7 +30,7 @@
 //!
 //! [DataFusion's unparser]: datafusion::sql::unparser
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow::datatypes::DataType;
@@ -96,6 +96,19 @@ struct Candidate {
     referenced: HashSet<String>,
     /// Whether strings are ordered somewhere (then the collation must be `C`).
     orders_strings: bool,
+}
+
+impl Candidate {
+    /// The relations named, each once, in the order first named.
+    fn tables(&self) -> Vec<String> {
+        let mut tables: Vec<String> = Vec::new();
+        for name in self.relations.iter().map(Relation::qualified) {
+            if !tables.contains(&name) {
+                tables.push(name);
+            }
+        }
+        tables
+    }
 }
 
 /// Replaces each largest subtree of `plan` that reads one Postgres database and that the
@@ -211,19 +224,11 @@ fn examine_node(node: &LogicalPlan, candidate: &mut Candidate) -> bool {
         _ => return false,
     }
     let schema = expression_schema(node);
-    let mut pushable = true;
-    let _ = node.apply_expressions(|expr| {
-        expr.apply(|e| {
-            let ok = examine_expr(e, &schema, candidate);
-            pushable &= ok;
-            Ok(if ok {
-                TreeNodeRecursion::Continue
-            } else {
-                TreeNodeRecursion::Stop
-            })
-        })
-    });
-    pushable
+    node.expressions().iter().all(|expr| {
+        !expr
+            .exists(|e| Ok(!examine_expr(e, &schema, candidate)))
+            .unwrap_or(true)
+    })
 }
 
 /// The schema a node's expressions are typed against.
@@ -403,12 +408,16 @@ fn output_type(data_type: &DataType) -> Option<String> {
 
 /// Writes `subtree` as Postgres SQL whose columns are `c0, c1, …` of quiver's types.
 fn remote_sql(subtree: &LogicalPlan) -> DFResult<Option<String>> {
+    // Columns are renamed by position: the unparsed SELECT list can repeat a name.
+    let fields = subtree.schema().fields();
+    let names: Vec<String> = (0..fields.len())
+        .map(|i| quote_ident(&format!("c{i}")))
+        .collect();
     let mut casts = Vec::new();
-    for (i, (_, field)) in subtree.schema().iter().enumerate() {
+    for (name, field) in names.iter().zip(fields) {
         let Some(pg_type) = output_type(field.data_type()) else {
             return Ok(None);
         };
-        let name = quote_ident(&format!("c{i}"));
         casts.push(format!("CAST({name} AS {pg_type}) AS {name}"));
     }
     let remote = subtree
@@ -446,10 +455,6 @@ fn remote_sql(subtree: &LogicalPlan) -> DFResult<Option<String>> {
         })?
         .data;
     let inner = Unparser::new(&PostgreSqlDialect {}).plan_to_sql(&remote)?;
-    // Columns are renamed by position: the unparsed SELECT list can repeat a name.
-    let names: Vec<String> = (0..casts.len())
-        .map(|i| quote_ident(&format!("c{i}")))
-        .collect();
     Ok(Some(format!(
         "SELECT {} FROM ({inner}) AS {}({})",
         casts.join(", "),
@@ -468,15 +473,9 @@ async fn try_push(subtree: &LogicalPlan, candidate: Candidate) -> Option<Logical
     if columns.len() != subtree.schema().fields().len() {
         return None;
     }
-    let mut names: Vec<String> = candidate
-        .relations
-        .iter()
-        .map(Relation::qualified)
-        .collect();
-    names.dedup();
     let label = format!(
         "query joining {} (pushed: the server's planner expects it to beat reading them)",
-        names.join(", ")
+        candidate.tables().join(", ")
     );
     let table = PostgresTable::for_described_query(
         target,
@@ -493,13 +492,9 @@ async fn try_push(subtree: &LogicalPlan, candidate: Candidate) -> Option<Logical
 /// each relation it names, all pipelined on one connection. The subtree's estimated rows when
 /// it is cheaper on the server.
 async fn cheaper_on_server(client: &Client, sql: &str, candidate: &Candidate) -> Option<f64> {
-    let unique: BTreeSet<String> = candidate
-        .relations
-        .iter()
-        .map(Relation::qualified)
-        .collect();
     let explain = format!("EXPLAIN {sql}");
-    let reads: Vec<String> = unique
+    let reads: Vec<String> = candidate
+        .tables()
         .iter()
         .map(|name| format!("EXPLAIN SELECT * FROM {name}"))
         .collect();

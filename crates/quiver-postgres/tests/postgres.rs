@@ -13,7 +13,7 @@ use arrow::datatypes::{
     Int64Type, IntervalMonthDayNanoType, Time64MicrosecondType, TimeUnit, TimestampMicrosecondType,
 };
 use arrow::util::pretty::pretty_format_batches;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use futures::StreamExt;
 use quiver_postgres::register_postgres_functions;
 
@@ -28,8 +28,11 @@ fn lit(text: &str) -> String {
 }
 
 async fn query(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
-    ctx.sql(sql)
-        .await
+    collect(ctx.sql(sql).await, sql).await
+}
+
+async fn collect(frame: datafusion::error::Result<DataFrame>, sql: &str) -> Vec<RecordBatch> {
+    frame
         .unwrap_or_else(|e| panic!("planning {sql}: {e}"))
         .collect()
         .await
@@ -47,13 +50,15 @@ async fn query_err(ctx: &SessionContext, sql: &str) -> String {
 }
 
 async fn explain(ctx: &SessionContext, sql: &str) -> String {
-    let batches = query(ctx, &format!("EXPLAIN {sql}")).await;
-    pretty_format_batches(&batches).unwrap().to_string()
+    pretty(&query(ctx, &format!("EXPLAIN {sql}")).await)
 }
 
 async fn explain_analyze(ctx: &SessionContext, sql: &str) -> String {
-    let batches = query(ctx, &format!("EXPLAIN ANALYZE {sql}")).await;
-    pretty_format_batches(&batches).unwrap().to_string()
+    pretty(&query(ctx, &format!("EXPLAIN ANALYZE {sql}")).await)
+}
+
+fn pretty(batches: &[RecordBatch]) -> String {
+    pretty_format_batches(batches).unwrap().to_string()
 }
 
 /// The first two columns of a one-row `count(*), sum(...)` result, as `count|sum` (the form
@@ -754,21 +759,11 @@ async fn attached_tables_are_described_on_one_kept_connection() {
 async fn query_pushed(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
     let plan = ctx.state().create_logical_plan(sql).await.unwrap();
     let plan = quiver_postgres::pushdown::push_joins(plan).await.unwrap();
-    ctx.execute_logical_plan(plan)
-        .await
-        .unwrap_or_else(|e| panic!("planning {sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("running {sql}: {e}"))
+    collect(ctx.execute_logical_plan(plan).await, sql).await
 }
 
 async fn explain_pushed(ctx: &SessionContext, sql: &str) -> String {
-    let batches = query_pushed(ctx, &format!("EXPLAIN {sql}")).await;
-    pretty_format_batches(&batches).unwrap().to_string()
-}
-
-fn pretty(batches: &[RecordBatch]) -> String {
-    pretty_format_batches(batches).unwrap().to_string()
+    pretty(&query_pushed(ctx, &format!("EXPLAIN {sql}")).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
