@@ -174,6 +174,38 @@ def test_pushed_filter_with_limit_and_parameters():
     assert quiver.sql("SELECT count(*) FROM df WHERE random() < 2").fetchone() == (len(df),)
 
 
+def test_topk_and_join_bounds_reach_the_scan():
+    # ORDER BY ... LIMIT hands the scan its current bound while the query runs, and a hash
+    # join its build side's keys: rows outside them are skipped before the other columns are
+    # read. The answers must be pandas' whatever the order, with NULLs, with the scan's own
+    # filter, over several morsels.
+    rng = np.random.default_rng(7)
+    n = 350_000
+    df = pd.DataFrame(
+        {
+            "t": pd.array(rng.permutation(n), dtype="Int64"),
+            "o": pd.Series([f"v{i}" for i in range(n)], dtype=object),
+            "k": np.arange(n) % 1000,
+        }
+    )
+    df.loc[[5, 200_000], "t"] = pd.NA
+    plan = str(quiver.sql("EXPLAIN SELECT * FROM df ORDER BY t DESC LIMIT 5").fetchall())
+    assert "runtime_filter=[" in plan
+    valued = df.dropna(subset=["t"])
+    got = quiver.sql("SELECT t, o FROM df ORDER BY t DESC NULLS LAST LIMIT 5").fetchall()
+    top = valued.sort_values("t", ascending=False).head(5)
+    assert got == list(zip(top["t"].tolist(), top["o"].tolist()))
+    got = quiver.sql("SELECT o FROM df ORDER BY t NULLS FIRST, o LIMIT 3").fetchall()
+    assert got == [("v200000",), ("v5",), (valued.loc[valued["t"] == 0, "o"].item(),)]
+    got = quiver.sql("SELECT t FROM df WHERE k = 3 ORDER BY t NULLS LAST LIMIT 4").fetchall()
+    want = valued[valued["k"] == 3].sort_values("t").head(4)["t"].tolist()
+    assert got == [(t,) for t in want]
+    small = pd.DataFrame({"k": [3, 999]})
+    got = quiver.sql("SELECT count(*), sum(df.t) FROM df JOIN small USING (k)").fetchone()
+    joined = df[df["k"].isin([3, 999])]
+    assert got == (len(joined), int(joined["t"].sum()))
+
+
 def test_bad_objects_in_rows_a_filter_keeps_are_still_errors():
     df = pd.DataFrame({"k": [1, 2, 3], "o": ["x", 5, "z"]})
     with pytest.raises(quiver.ConversionError, match='column "o", row 1'):

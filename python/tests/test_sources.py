@@ -286,6 +286,20 @@ def test_reused_tables_see_every_kind_of_change():
     assert quiver.sql("SELECT count(*) FROM df").fetchone() == (6,)
 
 
+def test_object_rows_read_through_a_filter_follow_changes():
+    # A filtered scan decodes only the selected objects and leaves the column unsnapshotted;
+    # a later full read snapshots it; changes in place are seen either way.
+    df = pd.DataFrame({"k": np.arange(6), "o": pd.Series(list("abcdef"), dtype=object)})
+    assert quiver.sql("SELECT o FROM df WHERE k = 4").fetchall() == [("e",)]
+    df.loc[4, "o"] = "changed"
+    assert quiver.sql("SELECT o FROM df WHERE k = 4").fetchall() == [("changed",)]
+    assert quiver.sql("SELECT count(*) FROM df WHERE o = 'changed'").fetchone() == (1,)
+    df.loc[4, "o"] = "again"
+    rows = quiver.sql("SELECT o FROM df WHERE k >= 4 ORDER BY k").fetchall()
+    assert rows == [("again",), ("f",)]
+    assert quiver.sql("SELECT count(*) FROM df WHERE o = 'changed'").fetchone() == (0,)
+
+
 def test_converted_columns_are_not_reused():
     from quiver import _sources
 

@@ -23,6 +23,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use async_trait::async_trait;
 use datafusion::catalog::{Session as CatalogSession, TableProvider};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, Statistics};
@@ -31,8 +32,12 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -567,7 +572,7 @@ impl Inner {
                 kind,
                 nulls,
                 ..
-            } => match self.snapshot_morsel(index, *address, *rows, start, len) {
+            } => match self.snapshot_morsel(index, *address, *rows, start, len, true) {
                 Some((snapshot, morsel)) => match snapshot.decoded[morsel].get() {
                     Some(done) => Arc::clone(done),
                     None => {
@@ -584,8 +589,10 @@ impl Inner {
     }
 
     /// For a whole morsel of object column `index` of a reusable table: the column's snapshot
-    /// (taken now if this is the first scan) and the morsel's index in it, if the morsel's
-    /// objects are still the snapshot's.
+    /// and the morsel's index in it, if the morsel's objects are still the snapshot's. With
+    /// `take`, a column without a snapshot gets one now (its first full decode); without, only
+    /// an existing snapshot is looked at — taking one holds the GIL to reference every object
+    /// of the column, which a scan that decodes a few selected rows must not pay for.
     fn snapshot_morsel(
         &self,
         index: usize,
@@ -593,15 +600,18 @@ impl Inner {
         rows: usize,
         start: usize,
         len: usize,
+        take: bool,
     ) -> Option<(&ObjectSnapshot, usize)> {
         if !self.reuse {
             return None;
         }
         let morsel = self.morsels.binary_search(&(start, len)).ok()?;
-        let snapshot = self
-            .snapshots
-            .get(index)?
-            .get_or_init(|| ObjectSnapshot::take(address, rows, self.morsels.len()));
+        let slot = self.snapshots.get(index)?;
+        let snapshot = if take {
+            slot.get_or_init(|| ObjectSnapshot::take(address, rows, self.morsels.len()))
+        } else {
+            slot.get()?
+        };
         let snapshot = snapshot.as_ref()?;
         // SAFETY: the table holds the live object array; the morsel is within its rows.
         let now = unsafe { std::slice::from_raw_parts((address as *const usize).add(start), len) };
@@ -645,7 +655,7 @@ impl Inner {
                 nulls,
                 ..
             } if self
-                .snapshot_morsel(index, *address, *rows, start, len)
+                .snapshot_morsel(index, *address, *rows, start, len, false)
                 .is_some_and(|(snapshot, morsel)| snapshot.decoded[morsel].get().is_some()) =>
             {
                 predicate.filter(&self.column(index, start, len)?)?
@@ -703,30 +713,48 @@ impl Inner {
         )?)
     }
 
-    /// The rows of `start..start + len` that pass `filter`, or None if no row does. The
-    /// filter's columns are read first; the other projected columns only for the rows that
-    /// passed (late materialisation: `SELECT * ... WHERE` decodes few strings).
+    /// The rows of `start..start + len` that pass every one of `filters` (at least one), or
+    /// None if no row does. The filters' columns are read first; the other projected columns
+    /// only for the rows that passed (late materialisation: `SELECT * ... WHERE` decodes few
+    /// strings, and `ORDER BY t LIMIT 10` reads the other columns only for rows within the
+    /// TopK's current bound).
     fn filtered_batch(
         &self,
         projection: &[usize],
         schema: &SchemaRef,
-        filter: &ScanFilter,
+        filters: &[&ScanFilter],
         start: usize,
         len: usize,
     ) -> DFResult<Option<RecordBatch>> {
-        let inputs = filter
-            .columns
-            .iter()
-            .map(|&index| self.column(index, start, len))
-            .collect::<DFResult<Vec<_>>>()?;
-        let options = RecordBatchOptions::new().with_row_count(Some(len));
-        let input =
-            RecordBatch::try_new_with_options(Arc::clone(&filter.schema), inputs, &options)?;
-        let mask = conjunction::mask(filter.predicate.evaluate(&input)?, len)?;
-        let selected = mask.true_count();
-        if selected == 0 {
-            return Ok(None);
+        // The filters run in turn; each after the first only while some row passes.
+        let mut input = None;
+        let mut mask: Option<BooleanArray> = None;
+        for (position, filter) in filters.iter().enumerate() {
+            let inputs = filter
+                .columns
+                .iter()
+                .map(|&index| self.column(index, start, len))
+                .collect::<DFResult<Vec<_>>>()?;
+            let options = RecordBatchOptions::new().with_row_count(Some(len));
+            let batch =
+                RecordBatch::try_new_with_options(Arc::clone(&filter.schema), inputs, &options)?;
+            let passed = conjunction::mask(filter.predicate.evaluate(&batch)?, len)?;
+            let passed = match mask {
+                Some(earlier) => arrow::compute::and(&earlier, &passed)?,
+                None => passed,
+            };
+            if passed.true_count() == 0 {
+                return Ok(None);
+            }
+            mask = Some(passed);
+            if position == 0 {
+                input = Some(batch);
+            }
         }
+        let (Some(filter), Some(input), Some(mask)) = (filters.first(), input, mask) else {
+            return Ok(Some(self.batch(projection, schema, start, len)?));
+        };
+        let selected = mask.true_count();
         let input_column = |index: usize| filter.columns.iter().position(|&c| c == index);
         let mut columns = Vec::with_capacity(projection.len());
         if selected == len {
@@ -736,8 +764,15 @@ impl Inner {
                     None => self.column(index, start, len)?,
                 });
             }
-        } else {
-            let predicate = FilterBuilder::new(&mask).optimize().build();
+        } else if !projection.is_empty() {
+            // Optimising the predicate (precomputed slices or indices) pays off only when it
+            // filters more than one column.
+            let builder = FilterBuilder::new(&mask);
+            let predicate = if projection.len() > 1 {
+                builder.optimize().build()
+            } else {
+                builder.build()
+            };
             for &index in projection {
                 columns.push(match input_column(index) {
                     Some(position) => predicate.filter(input.column(position))?,
@@ -804,6 +839,32 @@ impl ScanFilter {
             predicate,
             display: conjunction.to_string(),
         }))
+    }
+
+    /// A filter a parent operator hands the scan while the query runs — a TopK's current
+    /// bound, a hash join's build-side keys — over the scan's `output` columns. The scan
+    /// applies it to skip rows before reading the other columns; the parent still applies it
+    /// itself, so it may be looser than exact.
+    fn runtime(
+        table: &Schema,
+        output: &Schema,
+        predicate: &Arc<dyn PhysicalExpr>,
+    ) -> DFResult<ScanFilter> {
+        let mut columns = Vec::new();
+        for column in collect_columns(predicate) {
+            columns.push(table.index_of(output.field(column.index()).name())?);
+        }
+        columns.sort_unstable();
+        columns.dedup();
+        let schema = Arc::new(table.project(&columns)?);
+        let display = predicate.to_string();
+        let predicate = reassign_expr_columns(Arc::clone(predicate), &schema)?;
+        Ok(ScanFilter {
+            columns,
+            schema,
+            predicate,
+            display,
+        })
     }
 }
 
@@ -913,6 +974,7 @@ impl TableProvider for PythonTable {
             partitions: assigned,
             limit,
             filter,
+            runtime_filters: Vec::new(),
             properties: Arc::new(properties),
         }))
     }
@@ -936,6 +998,8 @@ struct PythonScanExec {
     partitions: Vec<Vec<(usize, usize)>>,
     limit: Option<usize>,
     filter: Option<Arc<ScanFilter>>,
+    /// Filters handed down by parents at run time (see [`ScanFilter::runtime`]).
+    runtime_filters: Vec<Arc<ScanFilter>>,
     properties: Arc<PlanProperties>,
 }
 
@@ -964,6 +1028,9 @@ impl DisplayAs for PythonScanExec {
         )?;
         if let Some(filter) = &self.filter {
             write!(f, ", filter=[{}]", filter.display)?;
+        }
+        for filter in &self.runtime_filters {
+            write!(f, ", runtime_filter=[{}]", filter.display)?;
         }
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;
@@ -1011,18 +1078,24 @@ impl ExecutionPlan for PythonScanExec {
         let projection = self.projection.clone();
         let schema = Arc::clone(&self.schema);
         let batch_schema = Arc::clone(&schema);
-        let filter = self.filter.clone();
+        let filters: Vec<Arc<ScanFilter>> = self
+            .filter
+            .iter()
+            .chain(self.runtime_filters.iter())
+            .cloned()
+            .collect();
         let mut remaining = self.limit.unwrap_or(usize::MAX);
         let mut morsels = morsels.into_iter();
         let batches = std::iter::from_fn(move || {
             while remaining > 0 {
                 let (start, len) = morsels.next()?;
-                let Some(filter) = &filter else {
+                if filters.is_empty() {
                     let len = len.min(remaining);
                     remaining -= len;
                     return Some(inner.batch(&projection, &batch_schema, start, len));
-                };
-                match inner.filtered_batch(&projection, &batch_schema, filter, start, len) {
+                }
+                let filters: Vec<&ScanFilter> = filters.iter().map(|f| f.as_ref()).collect();
+                match inner.filtered_batch(&projection, &batch_schema, &filters, start, len) {
                     Ok(None) => continue,
                     Ok(Some(batch)) => {
                         let rows = batch.num_rows().min(remaining);
@@ -1053,9 +1126,10 @@ impl ExecutionPlan for PythonScanExec {
             None => self.partitions.iter().map(partition_rows).sum(),
         };
         let mut statistics = Statistics::new_unknown(&self.schema);
-        statistics.num_rows = match self.filter {
-            None => Precision::Exact(rows),
-            Some(_) => Precision::Inexact(rows), // an upper bound
+        statistics.num_rows = if self.filter.is_none() && self.runtime_filters.is_empty() {
+            Precision::Exact(rows)
+        } else {
+            Precision::Inexact(rows) // an upper bound
         };
         Ok(Arc::new(statistics))
     }
@@ -1064,11 +1138,57 @@ impl ExecutionPlan for PythonScanExec {
         true
     }
 
+    /// Takes the filters parents hand down after planning (a TopK's bound, a hash join's
+    /// keys) as runtime filters. The parents keep applying them: each is reported not pushed.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> DFResult<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters = child_pushdown_result.parent_filters;
+        let unsupported = vec![PushedDown::No; filters.len()];
+        // Under a LIMIT the scan stops after its first rows: filtering before counting them
+        // would return other rows than the plan asks for.
+        if phase != FilterPushdownPhase::Post || filters.is_empty() || self.limit.is_some() {
+            return Ok(FilterPushdownPropagation::with_parent_pushdown_result(
+                unsupported,
+            ));
+        }
+        let mut runtime_filters = self.runtime_filters.clone();
+        for filter in &filters {
+            // A filter the scan cannot evaluate is left to the parent.
+            if let Ok(runtime) =
+                ScanFilter::runtime(&self.inner.schema, &self.schema, &filter.filter)
+            {
+                runtime_filters.push(Arc::new(runtime));
+            }
+        }
+        let scan = PythonScanExec {
+            inner: Arc::clone(&self.inner),
+            projection: self.projection.clone(),
+            schema: Arc::clone(&self.schema),
+            partitions: self.partitions.clone(),
+            limit: self.limit,
+            filter: self.filter.clone(),
+            runtime_filters,
+            properties: Arc::clone(&self.properties),
+        };
+        Ok(
+            FilterPushdownPropagation::with_parent_pushdown_result(unsupported)
+                .with_updated_node(Arc::new(scan) as Arc<dyn ExecutionPlan>),
+        )
+    }
+
     fn fetch(&self) -> Option<usize> {
         self.limit
     }
 
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        // Runtime filters skip rows before the limit counts them (see above).
+        if limit.is_some() && !self.runtime_filters.is_empty() {
+            return None;
+        }
         Some(Arc::new(PythonScanExec {
             inner: Arc::clone(&self.inner),
             projection: self.projection.clone(),
@@ -1076,6 +1196,7 @@ impl ExecutionPlan for PythonScanExec {
             partitions: self.partitions.clone(),
             limit,
             filter: self.filter.clone(),
+            runtime_filters: self.runtime_filters.clone(),
             properties: Arc::clone(&self.properties),
         }))
     }

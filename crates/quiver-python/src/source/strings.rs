@@ -111,7 +111,8 @@ impl Layout {
     /// API). `Err(())`: the string holds a lone surrogate, which has no UTF-8 form.
     ///
     /// # Safety
-    /// `object` must point to a live exact `str`.
+    /// `object` must point to a live exact `str`, which stays alive while the returned text
+    /// is used (ASCII text is borrowed from the object itself).
     unsafe fn read_str<'a>(
         &self,
         object: usize,
@@ -129,14 +130,13 @@ impl Layout {
             if !compact || !ready {
                 return Ok(None);
             }
-            scratch.clear();
             if ascii {
                 let data =
                     std::slice::from_raw_parts((object + self.ascii_header) as *const u8, length);
-                // ASCII is UTF-8.
-                scratch.push_str(std::str::from_utf8_unchecked(data));
-                return Ok(Some(scratch.as_str()));
+                // ASCII is UTF-8, read in place (the object outlives the returned borrow).
+                return Ok(Some(std::str::from_utf8_unchecked(data)));
             }
+            scratch.clear();
             let data = object + self.compact_header;
             match kind {
                 1 => {
