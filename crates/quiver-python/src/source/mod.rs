@@ -852,7 +852,13 @@ impl ScanFilter {
     ) -> DFResult<ScanFilter> {
         let mut columns = Vec::new();
         for column in collect_columns(predicate) {
-            columns.push(table.index_of(output.field(column.index()).name())?);
+            let Some(field) = output.fields().get(column.index()) else {
+                return Err(DataFusionError::Internal(format!(
+                    "runtime filter column {column} is not among the scan's {} columns",
+                    output.fields().len()
+                )));
+            };
+            columns.push(table.index_of(field.name())?);
         }
         columns.sort_unstable();
         columns.dedup();
