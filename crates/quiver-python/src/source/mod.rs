@@ -722,13 +722,14 @@ impl Inner {
         &self,
         projection: &[usize],
         schema: &SchemaRef,
-        filters: &[&ScanFilter],
+        filters: &[Arc<ScanFilter>],
         start: usize,
         len: usize,
     ) -> DFResult<Option<RecordBatch>> {
         // The filters run in turn; each after the first only while some row passes.
         let mut input = None;
         let mut mask: Option<BooleanArray> = None;
+        let mut selected = 0;
         for (position, filter) in filters.iter().enumerate() {
             let inputs = filter
                 .columns
@@ -743,7 +744,8 @@ impl Inner {
                 Some(earlier) => arrow::compute::and(&earlier, &passed)?,
                 None => passed,
             };
-            if passed.true_count() == 0 {
+            selected = passed.true_count();
+            if selected == 0 {
                 return Ok(None);
             }
             mask = Some(passed);
@@ -754,7 +756,6 @@ impl Inner {
         let (Some(filter), Some(input), Some(mask)) = (filters.first(), input, mask) else {
             return Ok(Some(self.batch(projection, schema, start, len)?));
         };
-        let selected = mask.true_count();
         let input_column = |index: usize| filter.columns.iter().position(|&c| c == index);
         let mut columns = Vec::with_capacity(projection.len());
         if selected == len {
@@ -997,6 +998,7 @@ impl TableProvider for PythonTable {
 }
 
 /// The scan of a [`PythonTable`].
+#[derive(Clone)]
 struct PythonScanExec {
     inner: Arc<Inner>,
     projection: Vec<usize>,
@@ -1100,7 +1102,6 @@ impl ExecutionPlan for PythonScanExec {
                     remaining -= len;
                     return Some(inner.batch(&projection, &batch_schema, start, len));
                 }
-                let filters: Vec<&ScanFilter> = filters.iter().map(|f| f.as_ref()).collect();
                 match inner.filtered_batch(&projection, &batch_schema, &filters, start, len) {
                     Ok(None) => continue,
                     Ok(Some(batch)) => {
@@ -1171,14 +1172,8 @@ impl ExecutionPlan for PythonScanExec {
             }
         }
         let scan = PythonScanExec {
-            inner: Arc::clone(&self.inner),
-            projection: self.projection.clone(),
-            schema: Arc::clone(&self.schema),
-            partitions: self.partitions.clone(),
-            limit: self.limit,
-            filter: self.filter.clone(),
             runtime_filters,
-            properties: Arc::clone(&self.properties),
+            ..self.clone()
         };
         Ok(
             FilterPushdownPropagation::with_parent_pushdown_result(unsupported)
@@ -1196,14 +1191,8 @@ impl ExecutionPlan for PythonScanExec {
             return None;
         }
         Some(Arc::new(PythonScanExec {
-            inner: Arc::clone(&self.inner),
-            projection: self.projection.clone(),
-            schema: Arc::clone(&self.schema),
-            partitions: self.partitions.clone(),
             limit,
-            filter: self.filter.clone(),
-            runtime_filters: self.runtime_filters.clone(),
-            properties: Arc::clone(&self.properties),
+            ..self.clone()
         }))
     }
 }
