@@ -206,6 +206,28 @@ def test_topk_and_join_bounds_reach_the_scan():
     assert got == (len(joined), int(joined["t"].sum()))
 
 
+def test_group_by_limit_returns_complete_groups():
+    # GROUP BY ... LIMIT n with no ORDER BY aggregates only the first n keys seen (the key
+    # freeze): whichever groups come back, each must carry pandas' full count and sum.
+    rng = np.random.default_rng(11)
+    n = 400_000
+    df = pd.DataFrame(
+        {
+            "u": rng.integers(0, 50, n),
+            "s": pd.Series([f"p{i}" for i in rng.integers(0, 3000, n)], dtype=object),
+            "v": rng.integers(0, 100, n),
+        }
+    )
+    sql = "SELECT u, s, count(*) AS c, sum(v) AS t FROM df GROUP BY u, s LIMIT 10"
+    assert "FrozenKeysExec: gate" in str(quiver.sql(f"EXPLAIN {sql}").fetchall())
+    full = df.groupby(["u", "s"])["v"].agg(["count", "sum"])
+    got = quiver.sql(sql).fetchall()
+    assert len(got) == 10
+    assert len({(u, s) for u, s, _, _ in got}) == 10
+    for u, s, c, t in got:
+        assert (c, t) == tuple(full.loc[(u, s)])
+
+
 def test_bad_objects_in_rows_a_filter_keeps_are_still_errors():
     df = pd.DataFrame({"k": [1, 2, 3], "o": ["x", 5, "z"]})
     with pytest.raises(quiver.ConversionError, match='column "o", row 1'):

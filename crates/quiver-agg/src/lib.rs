@@ -14,13 +14,18 @@
 //!
 //! Every DataFusion aggregate with a `GroupsAccumulator` works unchanged ([`exec`]); which
 //! keys qualify is decided in [`bounds`]; when the rule applies is documented in [`rule`].
+//!
+//! [`FrozenKeysRule`] handles the other cheap GROUP BY: `GROUP BY … LIMIT n` with no ORDER BY
+//! aggregates only the first `n` keys some thread sees ([`frozen_keys`]).
 
 pub mod bounds;
 mod direct;
 pub mod exec;
+pub mod frozen_keys;
 mod key_loop;
 pub mod remainder;
 pub mod rule;
 
 pub use exec::SmallKeyAggregateExec;
+pub use frozen_keys::{FrozenKeysExec, FrozenKeysRule};
 pub use rule::{SmallKeyAggregateRule, DEFAULT_MAX_SLOTS};

@@ -117,8 +117,8 @@ impl Session {
         let runtime = runtime.build_arc().map_err(QuiverError::from)?;
         // Join sides by rows runs right after DataFusion's join selection, before anything
         // wires run-time filters from build to probe sides. quiver's other physical rules run
-        // after DataFusion's: the small-key GROUP BY path, and Top-K over wide Parquet scans
-        // reading the wide columns late.
+        // after DataFusion's: the small-key GROUP BY path, the GROUP BY … LIMIT key freeze, and
+        // Top-K over wide Parquet scans reading the wide columns late.
         let mut rules = PhysicalOptimizer::new().rules;
         let after_join_selection = rules
             .iter()
@@ -134,6 +134,7 @@ impl Session {
             .with_default_features()
             .with_physical_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
+            .with_physical_optimizer_rule(Arc::new(quiver_agg::FrozenKeysRule))
             .with_physical_optimizer_rule(Arc::new(crate::topk::TopKThresholdRule))
             .with_physical_optimizer_rule(Arc::new(crate::conjunction::ConjunctionFilterRule))
             .build();
