@@ -7,7 +7,9 @@
 //!   aggregate. Every input partition hashes each row's GROUP BY key and passes every row
 //!   until some partition has seen `n` distinct key hashes; that partition *freezes* them
 //!   (publishes the set, once, for all partitions). From then on every partition passes only
-//!   rows whose key hash is in the frozen set;
+//!   rows whose key hash is in the frozen set. A partition that has not seen `n` keys in its
+//!   first `max(8n, 131072)` rows stops counting (hashing every row would cost more than it
+//!   is likely to save), but still filters once another partition freezes;
 //! * an **emit** filter ([`Role::Emit`]) over the final aggregate, keeping only the groups
 //!   whose key hash is frozen.
 //!
@@ -66,6 +68,11 @@ use futures::StreamExt;
 /// The largest `LIMIT` (plus `OFFSET`) the rule freezes keys for. Before the freeze each
 /// partition keeps a set of up to this many hashes.
 pub const MAX_FROZEN_KEYS: usize = 65_536;
+
+/// A gate partition counts keys in at least this many rows (and `8 × LIMIT`) before it gives
+/// up: keys that many rows did not bring are unlikely to come soon enough to pay for hashing
+/// every row. It still filters once another partition freezes.
+const TRACK_ROWS: usize = 1 << 17;
 
 /// The hash every gate and emit node uses: one fixed seed, so a key hashes alike on both sides.
 const KEY_HASH: RandomState = RandomState::with_seed(0x7175_6976_6572_6b65);
@@ -266,6 +273,7 @@ impl ExecutionPlan for FrozenKeysExec {
             keys: self.keys.clone(),
             frozen: Arc::clone(&self.frozen),
             seen: HashSetU64::default(),
+            track_rows: self.frozen.at.saturating_mul(8).max(TRACK_ROWS),
             hashes: Vec::new(),
             baseline: BaselineMetrics::new(&self.metrics, partition),
             skipped: MetricBuilder::new(&self.metrics).counter("rows_skipped", partition),
@@ -291,6 +299,8 @@ struct KeyFilter {
     frozen: Arc<Frozen>,
     /// The gate's distinct key hashes before the freeze (at most `frozen.at`).
     seen: HashSetU64,
+    /// Rows the gate still counts keys in before the freeze ([`TRACK_ROWS`]).
+    track_rows: usize,
     hashes: Vec<u64>,
     baseline: BaselineMetrics,
     skipped: Count,
@@ -301,7 +311,11 @@ impl KeyFilter {
     fn apply(&mut self, batch: RecordBatch) -> Result<Option<RecordBatch>> {
         let rows = batch.num_rows();
         let frozen = self.frozen.set.get();
-        if rows == 0 || (frozen.is_none() && self.role == Role::Emit) {
+        let pass = match self.role {
+            Role::Emit => frozen.is_none(),
+            Role::Gate => frozen.is_none() && self.track_rows == 0,
+        };
+        if rows == 0 || pass {
             self.baseline.record_output(rows);
             return Ok(Some(batch));
         }
@@ -328,6 +342,7 @@ impl KeyFilter {
             }
             None => {
                 // The gate before the freeze: count distinct keys; every row passes.
+                self.track_rows = self.track_rows.saturating_sub(rows);
                 let at = self.frozen.at;
                 for &hash in &self.hashes {
                     if self.seen.len() >= at {
