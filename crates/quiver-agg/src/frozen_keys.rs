@@ -49,6 +49,7 @@ use datafusion::common::{internal_err, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -371,7 +372,7 @@ impl KeyFilter {
 /// a fetch) over only projections, coalescing and local limits, over `AggregateExec(Final |
 /// FinalPartitioned)` over repartitioning or coalescing over `AggregateExec(Partial)`, or over
 /// `AggregateExec(Single | SinglePartitioned)`. It applies when
-/// * there is one grouping set with at least one key, and DataFusion has not pushed a limit
+/// * there is one grouping set with at least one key, none volatile, and DataFusion has not pushed a limit
 ///   into the aggregation itself (it does for `DISTINCT`-like GROUP BYs with no aggregates);
 /// * both aggregates are unordered (`InputOrderMode::Linear`), so the final one emits only
 ///   after all its input;
@@ -439,8 +440,10 @@ impl FrozenKeysRule {
             return Ok(None);
         };
         let group_by = partial_agg.group_expr();
+        // The gate evaluates the keys again: a volatile key (`random()`) would differ.
         let applies = group_by.is_single()
             && !group_by.expr().is_empty()
+            && !group_by.expr().iter().any(|(expr, _)| is_volatile(expr))
             && partial_agg.limit_options().is_none()
             && top.limit_options().is_none()
             && *partial_agg.input_order_mode() == InputOrderMode::Linear
