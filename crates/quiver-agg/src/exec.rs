@@ -24,7 +24,7 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
 use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
@@ -654,12 +654,7 @@ impl ExecutionPlan for SmallKeyAggregateExec {
             exprs.extend(aggregate.expressions());
         }
         exprs.extend(self.spec.filters.iter().flatten().cloned());
-        for expr in &exprs {
-            if f(expr)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        exprs.iter().apply_until_stop(f)
     }
 
     fn with_new_children(

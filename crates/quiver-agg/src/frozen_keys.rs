@@ -44,7 +44,7 @@ use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
-use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeIterator, TreeNodeRecursion};
 use datafusion::common::{internal_err, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::expressions::Column;
@@ -217,12 +217,7 @@ impl ExecutionPlan for FrozenKeysExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        for key in &self.keys {
-            if f(key)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        self.keys.iter().apply_until_stop(f)
     }
 
     fn with_new_children(

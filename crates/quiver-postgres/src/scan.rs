@@ -25,7 +25,7 @@ use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::stats::Precision;
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
 use datafusion::datasource::sink::DataSinkExec;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::TaskContext;
@@ -866,12 +866,7 @@ impl ExecutionPlan for PostgresScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
     ) -> DFResult<TreeNodeRecursion> {
-        for filter in &self.runtime_filters {
-            if f(filter)? == TreeNodeRecursion::Stop {
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
+        self.runtime_filters.iter().apply_until_stop(f)
     }
 
     /// Takes the filters DataFusion pushes after planning (`Post` phase: dynamic filters of
