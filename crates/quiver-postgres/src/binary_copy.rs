@@ -44,6 +44,10 @@ pub enum CopyFormatError {
         "the stream ended after {rows} rows without its end-of-data marker (incomplete result)"
     )]
     Truncated { rows: u64 },
+    /// A row too large to address with 32-bit offsets (a Postgres row is at most a few
+    /// fields of 1 GiB each, so in practice never).
+    #[error("a row larger than 4 GiB")]
+    RowTooLarge,
     /// Bytes after the end-of-data trailer.
     #[error("{0} bytes follow the end-of-data marker")]
     TrailingData(usize),
@@ -56,12 +60,38 @@ pub enum CopyFormatError {
     },
 }
 
-/// Receives the fields of complete rows, in order.
-pub trait RowSink {
-    /// One field of the current row: `None` is SQL NULL. An `Err` is a message about the value.
-    fn field(&mut self, column: usize, value: Option<&[u8]>) -> Result<(), String>;
-    /// The current row has ended.
-    fn end_row(&mut self);
+/// Where one field of a parsed row lies in the parser's input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FieldSpan {
+    /// Offset of the field's first byte.
+    pub start: u32,
+    /// Its length in bytes; negative for SQL NULL.
+    pub len: i32,
+}
+
+impl FieldSpan {
+    /// The field's bytes in `input` (`None` for NULL), or an error if the span lies outside
+    /// `input` (never, for the input the span was parsed from).
+    #[inline]
+    pub fn value<'a>(&self, input: &'a [u8]) -> Result<Option<&'a [u8]>, String> {
+        if self.len < 0 {
+            return Ok(None);
+        }
+        let start = self.start as usize;
+        input
+            .get(start..start + self.len as usize)
+            .map(Some)
+            .ok_or_else(|| "a field lies outside its input".to_string())
+    }
+}
+
+/// What one [`CopyParser::parse`] call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parsed {
+    /// Bytes of the input consumed (the header and complete rows).
+    pub consumed: usize,
+    /// Complete rows parsed; their fields are in the spans, row-major.
+    pub rows: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,14 +130,21 @@ impl CopyParser {
     }
 
     /// Parses the header (if not yet read) and then as many complete rows of `input` as
-    /// possible, at most `max_rows`, handing their fields to `sink`. Returns the number of
-    /// bytes consumed; the caller keeps the rest and calls again with more bytes appended.
+    /// possible, at most `max_rows`, in one pass: `spans` is cleared and receives the fields
+    /// of those rows, row-major (`spans[row * fields + column]`), for a decoder to read
+    /// column by column. Only complete rows are reported, so a row split across network
+    /// messages is never half-decoded; the caller keeps the unconsumed bytes and calls again
+    /// with more appended.
     pub fn parse(
         &mut self,
         input: &[u8],
-        sink: &mut impl RowSink,
+        spans: &mut Vec<FieldSpan>,
         max_rows: usize,
-    ) -> Result<usize, CopyFormatError> {
+    ) -> Result<Parsed, CopyFormatError> {
+        spans.clear();
+        // Spans hold 32-bit offsets: parse at most the first 4 GiB of the input at a time.
+        let whole = input.len();
+        let input = input.get(..u32::MAX as usize).unwrap_or(input);
         let mut pos = 0;
         if self.state == State::Header {
             match self.parse_header(input)? {
@@ -115,18 +152,23 @@ impl CopyParser {
                     pos = used;
                     self.state = State::Rows;
                 }
-                None => return Ok(0),
+                None => {
+                    return Ok(Parsed {
+                        consumed: 0,
+                        rows: 0,
+                    })
+                }
             }
         }
-        let mut parsed = 0;
-        while self.state == State::Rows && parsed < max_rows {
+        let mut rows = 0;
+        while self.state == State::Rows && rows < max_rows {
             let Some(count) = read_i16(input, pos) else {
                 break;
             };
             if count == -1 {
                 self.state = State::Done;
                 pos += 2;
-                let rest = input.len() - pos;
+                let rest = whole - pos;
                 if rest > 0 {
                     return Err(CopyFormatError::TrailingData(rest));
                 }
@@ -139,37 +181,20 @@ impl CopyParser {
                     expected: self.fields,
                 });
             }
-            // First pass: is the whole row here? Only complete rows reach the sink, so a row
-            // split across network messages is never half-appended.
-            let Some(end) = self.row_end(input, pos + 2)? else {
-                break;
-            };
-            let mut at = pos + 2;
-            for column in 0..self.fields {
-                // Both reads were checked by `row_end`; `get` keeps them bounds-checked anyway.
-                let length = read_i32(input, at).unwrap_or(-1);
-                at += 4;
-                let value = if length < 0 {
-                    None
-                } else {
-                    let next = at + length as usize;
-                    let bytes = input.get(at..next);
-                    at = next;
-                    bytes
-                };
-                sink.field(column, value)
-                    .map_err(|message| CopyFormatError::Value {
-                        row: self.rows,
-                        column,
-                        message,
-                    })?;
+            match self.row(input, pos + 2, spans)? {
+                Some(end) => pos = end,
+                None => break,
             }
-            sink.end_row();
             self.rows += 1;
-            parsed += 1;
-            pos = end;
+            rows += 1;
         }
-        Ok(pos)
+        if rows == 0 && self.state == State::Rows && whole > input.len() {
+            return Err(CopyFormatError::RowTooLarge);
+        }
+        Ok(Parsed {
+            consumed: pos,
+            rows,
+        })
     }
 
     /// Checks the stream ended properly: the trailer was read and `leftover` bytes (kept by the
@@ -209,11 +234,19 @@ impl CopyParser {
         }
     }
 
-    /// The offset just past the row whose fields start at `at`, or `None` if the input ends
-    /// inside the row.
-    fn row_end(&self, input: &[u8], mut at: usize) -> Result<Option<usize>, CopyFormatError> {
+    /// Records the spans of the row whose fields start at `at` and returns the offset just
+    /// past it, or `None` (recording nothing) if the input ends inside the row.
+    #[inline]
+    fn row(
+        &self,
+        input: &[u8],
+        mut at: usize,
+        spans: &mut Vec<FieldSpan>,
+    ) -> Result<Option<usize>, CopyFormatError> {
+        let mark = spans.len();
         for _ in 0..self.fields {
             let Some(length) = read_i32(input, at) else {
+                spans.truncate(mark);
                 return Ok(None);
             };
             at += 4;
@@ -223,13 +256,18 @@ impl CopyParser {
                     length,
                 });
             }
+            // `at` ≤ `input.len()` ≤ `u32::MAX` here.
+            spans.push(FieldSpan {
+                start: at as u32,
+                len: length,
+            });
             if length > 0 {
-                at = match at.checked_add(length as usize) {
-                    Some(next) => next,
-                    None => return Ok(None),
-                };
-                if at > input.len() {
-                    return Ok(None);
+                match at.checked_add(length as usize) {
+                    Some(next) if next <= input.len() => at = next,
+                    _ => {
+                        spans.truncate(mark);
+                        return Ok(None);
+                    }
                 }
             }
         }
@@ -285,14 +323,24 @@ mod tests {
         current: Vec<Option<Vec<u8>>>,
     }
 
-    impl RowSink for Collect {
-        fn field(&mut self, _column: usize, value: Option<&[u8]>) -> Result<(), String> {
-            self.current.push(value.map(<[u8]>::to_vec));
-            Ok(())
+    /// Parses `input` and collects the rows' fields; returns the bytes consumed.
+    fn parse_into(
+        parser: &mut CopyParser,
+        input: &[u8],
+        sink: &mut Collect,
+        max_rows: usize,
+    ) -> Result<usize, CopyFormatError> {
+        let mut spans = vec![FieldSpan::default(); 3];
+        let parsed = parser.parse(input, &mut spans, max_rows)?;
+        assert_eq!(spans.len(), parsed.rows * parser.fields);
+        for span in &spans {
+            let value = span.value(input).expect("spans lie inside the input");
+            sink.current.push(value.map(<[u8]>::to_vec));
+            if sink.current.len() == parser.fields {
+                sink.rows.push(std::mem::take(&mut sink.current));
+            }
         }
-        fn end_row(&mut self) {
-            self.rows.push(std::mem::take(&mut self.current));
-        }
+        Ok(parsed.consumed)
     }
 
     fn sample() -> Vec<Vec<Option<Vec<u8>>>> {
@@ -308,7 +356,7 @@ mod tests {
         let bytes = stream(&sample());
         let mut parser = CopyParser::new(2);
         let mut sink = Collect::default();
-        let used = parser.parse(&bytes, &mut sink, usize::MAX).unwrap();
+        let used = parse_into(&mut parser, &bytes, &mut sink, usize::MAX).unwrap();
         assert_eq!(used, bytes.len());
         assert_eq!(sink.rows, sample());
         parser.finish(0).unwrap();
@@ -321,10 +369,10 @@ mod tests {
             let mut parser = CopyParser::new(2);
             let mut sink = Collect::default();
             let mut pending = bytes[..split].to_vec();
-            let used = parser.parse(&pending, &mut sink, usize::MAX).unwrap();
+            let used = parse_into(&mut parser, &pending, &mut sink, usize::MAX).unwrap();
             pending.drain(..used);
             pending.extend_from_slice(&bytes[split..]);
-            let used = parser.parse(&pending, &mut sink, usize::MAX).unwrap();
+            let used = parse_into(&mut parser, &pending, &mut sink, usize::MAX).unwrap();
             assert_eq!(used, pending.len(), "split at {split}");
             assert_eq!(sink.rows, sample(), "split at {split}");
             parser.finish(0).unwrap();
@@ -337,7 +385,7 @@ mod tests {
         for cut in 0..bytes.len() {
             let mut parser = CopyParser::new(2);
             let mut sink = Collect::default();
-            let used = parser.parse(&bytes[..cut], &mut sink, usize::MAX).unwrap();
+            let used = parse_into(&mut parser, &bytes[..cut], &mut sink, usize::MAX).unwrap();
             let error = parser.finish(cut - used).unwrap_err();
             assert!(
                 matches!(error, CopyFormatError::Truncated { .. }),
@@ -351,11 +399,9 @@ mod tests {
         let bytes = stream(&sample());
         let mut parser = CopyParser::new(2);
         let mut sink = Collect::default();
-        let first = parser.parse(&bytes, &mut sink, 1).unwrap();
+        let first = parse_into(&mut parser, &bytes, &mut sink, 1).unwrap();
         assert_eq!(sink.rows.len(), 1);
-        let rest = parser
-            .parse(&bytes[first..], &mut sink, usize::MAX)
-            .unwrap();
+        let rest = parse_into(&mut parser, &bytes[first..], &mut sink, usize::MAX).unwrap();
         assert_eq!(first + rest, bytes.len());
         assert_eq!(sink.rows, sample());
     }
@@ -363,20 +409,16 @@ mod tests {
     #[test]
     fn rejects_a_bad_signature_oids_and_wrong_field_counts() {
         let mut sink = Collect::default();
-        let error = CopyParser::new(2)
-            .parse(b"COPY", &mut sink, 10)
-            .unwrap_err();
+        let error = parse_into(&mut CopyParser::new(2), b"COPY", &mut sink, 10).unwrap_err();
         assert_eq!(error, CopyFormatError::BadSignature);
 
         let mut with_oids = stream(&sample());
         with_oids[11..15].copy_from_slice(&(1u32 << 16).to_be_bytes());
-        let error = CopyParser::new(2)
-            .parse(&with_oids, &mut sink, 10)
-            .unwrap_err();
+        let error = parse_into(&mut CopyParser::new(2), &with_oids, &mut sink, 10).unwrap_err();
         assert!(matches!(error, CopyFormatError::UnsupportedFlags(_)));
 
         let bytes = stream(&sample());
-        let error = CopyParser::new(3).parse(&bytes, &mut sink, 10).unwrap_err();
+        let error = parse_into(&mut CopyParser::new(3), &bytes, &mut sink, 10).unwrap_err();
         assert!(matches!(
             error,
             CopyFormatError::FieldCount { found: 2, .. }
@@ -389,7 +431,7 @@ mod tests {
         // First field length of the first row: after the 19-byte header and 2-byte count.
         bytes[21..25].copy_from_slice(&(-7i32).to_be_bytes());
         let mut sink = Collect::default();
-        let error = CopyParser::new(2).parse(&bytes, &mut sink, 10).unwrap_err();
+        let error = parse_into(&mut CopyParser::new(2), &bytes, &mut sink, 10).unwrap_err();
         assert!(matches!(
             error,
             CopyFormatError::BadLength { length: -7, .. }
@@ -397,9 +439,8 @@ mod tests {
 
         let mut bytes = stream(&sample());
         bytes.push(0);
-        let error = CopyParser::new(2)
-            .parse(&bytes, &mut Collect::default(), 10)
-            .unwrap_err();
+        let error =
+            parse_into(&mut CopyParser::new(2), &bytes, &mut Collect::default(), 10).unwrap_err();
         assert_eq!(error, CopyFormatError::TrailingData(1));
     }
 
@@ -414,7 +455,10 @@ mod tests {
         bytes.extend_from_slice(&(-1i16).to_be_bytes());
         let mut sink = Collect::default();
         let mut parser = CopyParser::new(1);
-        assert_eq!(parser.parse(&bytes, &mut sink, 10).unwrap(), bytes.len());
+        assert_eq!(
+            parse_into(&mut parser, &bytes, &mut sink, 10).unwrap(),
+            bytes.len()
+        );
         assert_eq!(sink.rows, vec![vec![None]]);
     }
 
@@ -441,7 +485,7 @@ mod tests {
             }
             let mut parser = CopyParser::new(2);
             let mut sink = Collect::default();
-            if let Ok(used) = parser.parse(&bytes, &mut sink, usize::MAX) {
+            if let Ok(used) = parse_into(&mut parser, &bytes, &mut sink, usize::MAX) {
                 let _ = parser.finish(bytes.len() - used);
             }
         }

@@ -49,7 +49,7 @@ use datafusion::physical_plan::{
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
-use crate::binary_copy::{CopyFormatError, CopyParser};
+use crate::binary_copy::{CopyFormatError, CopyParser, FieldSpan};
 use crate::catalog::{
     describe_query, describe_relation, heaps, planner_choice, server_version, Relation,
 };
@@ -1091,6 +1091,7 @@ impl TaskReader {
                 BatchDecoder::new(Arc::clone(&self.schema), &self.plan.types, self.batch_size)
                     .map_err(|e| self.conversion(0, e.to_string()))?;
             let mut pending = BytesMut::new();
+            let mut spans = Vec::new();
             // The data arrives through the tap (see `crate::tap`); the copy stream itself
             // carries only the end or an error. Once it has ended, everything is in the tap.
             let mut ended = false;
@@ -1123,7 +1124,9 @@ impl TaskReader {
                     }
                 };
                 let flow = if pending.is_empty() {
-                    let flow = self.decode(&mut parser, &mut decoder, &chunk, &tx).await?;
+                    let flow = self
+                        .decode(&mut parser, &mut decoder, &mut spans, &chunk, &tx)
+                        .await?;
                     if let Flow::Continue(used) = flow {
                         pending.extend_from_slice(&chunk[used..]);
                     }
@@ -1131,7 +1134,7 @@ impl TaskReader {
                 } else {
                     pending.extend_from_slice(&chunk);
                     let flow = self
-                        .decode(&mut parser, &mut decoder, &pending, &tx)
+                        .decode(&mut parser, &mut decoder, &mut spans, &pending, &tx)
                         .await?;
                     if let Flow::Continue(used) = flow {
                         pending.advance(used);
@@ -1164,6 +1167,7 @@ impl TaskReader {
         &self,
         parser: &mut CopyParser,
         decoder: &mut BatchDecoder,
+        spans: &mut Vec<FieldSpan>,
         input: &[u8],
         tx: &BatchSender,
     ) -> Result<Flow> {
@@ -1171,10 +1175,14 @@ impl TaskReader {
         loop {
             let room = self.batch_size.saturating_sub(decoder.rows()).max(1);
             let rest = input.get(offset..).unwrap_or_default();
-            let used = parser
-                .parse(rest, decoder, room)
+            let first_row = parser.rows();
+            let parsed = parser
+                .parse(rest, spans, room)
                 .map_err(|e| self.copy_error(e))?;
-            offset += used;
+            decoder
+                .append_rows(rest, spans, parsed.rows, first_row)
+                .map_err(|e| self.copy_error(e))?;
+            offset += parsed.consumed;
             if decoder.rows() < self.batch_size {
                 return Ok(Flow::Continue(offset));
             }
