@@ -166,7 +166,7 @@ impl ColumnBuilder {
             ColumnBuilder::Date(b) => b.append_value(date(bytes)?),
             ColumnBuilder::Time(b) => b.append_value(i64::from_be_bytes(fixed(bytes, "time")?)),
             ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => {
-                b.append_value(timestamp(i64::from_be_bytes(fixed(bytes, "timestamp")?))?)
+                b.append_value(timestamp(bytes)?)
             }
             ColumnBuilder::Interval(b) => {
                 let raw: [u8; 16] = fixed(bytes, "interval")?;
@@ -244,9 +244,7 @@ impl ColumnBuilder {
             }
             ColumnBuilder::Date(b) => append_each!(b, |bytes| date(bytes)),
             ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => {
-                append_each!(b, |bytes| fixed(bytes, "timestamp")
-                    .map(i64::from_be_bytes)
-                    .and_then(timestamp))
+                append_each!(b, |bytes| timestamp(bytes))
             }
             _ => {
                 for (row, span) in spans.enumerate() {
@@ -416,9 +414,11 @@ fn date(bytes: &[u8]) -> Result<i32, String> {
     }
 }
 
-fn timestamp(micros: i64) -> Result<i64, String> {
-    match micros {
-        i64::MAX | i64::MIN => Ok(micros),
+/// A `timestamp[tz]` (microseconds since 2000-01-01, ±infinity as `i64::MAX`/`MIN`) as
+/// microseconds since 1970-01-01.
+fn timestamp(bytes: &[u8]) -> Result<i64, String> {
+    match i64::from_be_bytes(fixed(bytes, "timestamp")?) {
+        micros @ (i64::MAX | i64::MIN) => Ok(micros),
         micros => micros
             .checked_add(EPOCH_MICROS)
             .ok_or_else(|| format!("timestamp {micros} out of range")),
@@ -943,23 +943,17 @@ mod tests {
             let mut pending = Vec::new();
             for piece in bytes.chunks(chunk) {
                 pending.extend_from_slice(piece);
-                let first_row = parser.rows();
-                let parsed = parser.parse(&pending, &mut spans, 9).unwrap();
-                decoder
-                    .append_rows(&pending, &spans, parsed.rows, first_row)
-                    .unwrap();
-                pending.drain(..parsed.consumed);
-            }
-            // What a max_rows cut left over.
-            loop {
-                let first_row = parser.rows();
-                let parsed = parser.parse(&pending, &mut spans, 9).unwrap();
-                decoder
-                    .append_rows(&pending, &spans, parsed.rows, first_row)
-                    .unwrap();
-                pending.drain(..parsed.consumed);
-                if parsed.rows == 0 {
-                    break;
+                // At most 9 rows per call: until what has arrived is used up.
+                loop {
+                    let first_row = parser.rows();
+                    let parsed = parser.parse(&pending, &mut spans, 9).unwrap();
+                    decoder
+                        .append_rows(&pending, &spans, parsed.rows, first_row)
+                        .unwrap();
+                    pending.drain(..parsed.consumed);
+                    if parsed.rows == 0 {
+                        break;
+                    }
                 }
             }
             parser.finish(pending.len()).unwrap();
