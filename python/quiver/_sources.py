@@ -14,6 +14,9 @@ protocol, or ``("columns", description, num_rows, specs[, live])`` with one spec
 * ``("arrow", name, chunks)``: Arrow-backed pandas columns, imported without copying.
 * ``("categorical", name, codes, categories_spec)``: a dictionary-encoded column.
 * ``("decimal", name, scaled_ints, precision, scale)``: ``decimal.Decimal`` objects.
+* ``("deferred", name, sample_spec, convert, num_rows)``: an object column of bools, ints,
+  floats, dates or datetimes, typed like ``sample_spec`` (its first value) and converted by
+  ``convert()`` only when a scan reads it (see :func:`_object_column`).
 
 Only the modules an object comes from are imported: ``import quiver`` imports none of pandas,
 NumPy, pyarrow or polars.
@@ -243,7 +246,7 @@ def _pandas_column(name: str, series: Any):
     if isinstance(dtype, pd.CategoricalDtype):
         codes = np.ascontiguousarray(series.cat.codes.to_numpy())
         categories, _ = _pandas_column(name, pd.Series(series.cat.categories))
-        return ("categorical", name, codes, categories), False
+        return ("categorical", name, codes, _eager(categories)), False
     if hasattr(array, "__arrow_array__") and _arrow_backed(array):
         chunked = array.__arrow_array__()
         return ("arrow", name, list(getattr(chunked, "chunks", [chunked]))), True
@@ -365,7 +368,15 @@ def _is_null(value: Any) -> bool:
 
 def _object_column(name: str, values: Any):
     """An object column: str/bytes go to the GIL-free decoder; other types are checked and
-    converted here (a mixed column is an error naming the first offending row)."""
+    converted here (a mixed column is an error naming the first offending row).
+
+    Bools, ints, floats, dates and datetimes are converted only if a query reads the column: the
+    spec is ``("deferred", name, spec of the first value, convert, rows)``, which fixes the
+    column's type now and runs ``convert()`` when a scan needs the column. (pandas reads Parquet
+    dates as objects, so ``SELECT count(*)`` over such a frame would otherwise convert the dates
+    at every query.) Decimals are converted now: their precision and scale need every value."""
+    import functools
+
     import numpy as np
 
     first = None
@@ -377,6 +388,22 @@ def _object_column(name: str, values: Any):
         return ("objects", name, values, "str", _null_objects())
     if isinstance(first, bytes):
         return ("objects", name, values, "bytes", _null_objects())
+    if isinstance(first, decimal.Decimal):
+        return _converted_objects(name, values, first)
+    sample = _converted_objects(name, np.array([first], dtype=object), first)
+    convert = functools.partial(_converted_objects, name, values, first)
+    return ("deferred", name, sample, convert, len(values))
+
+
+def _eager(spec: tuple) -> tuple:
+    """The spec with a deferred conversion done now."""
+    return spec[3]() if spec[0] == "deferred" else spec
+
+
+def _converted_objects(name: str, values: Any, first: Any):
+    """The spec of an object column of bools, ints, floats, decimals, datetimes or dates, whose
+    first non-null value is ``first``: converted, every value checked."""
+    import numpy as np
 
     def check(types: tuple, label: str) -> np.ndarray:
         mask = np.zeros(len(values), dtype=bool)

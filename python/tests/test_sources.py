@@ -232,6 +232,64 @@ def test_date_objects_convert_fast_and_never_truncate_datetimes():
         quiver.sql("SELECT * FROM mixed")
 
 
+def test_object_columns_are_converted_only_when_a_query_reads_them(monkeypatch):
+    from quiver import _sources
+
+    converted = []
+    convert = _sources._converted_objects
+
+    def spy(name, values, first):
+        if len(values) > 1:  # not the one-value sample that types the column
+            converted.append(name)
+        return convert(name, values, first)
+
+    monkeypatch.setattr(_sources, "_converted_objects", spy)
+    n = 1000
+    df = pd.DataFrame(
+        {
+            "a": np.arange(n),
+            "d": pd.Series([datetime.date(2024, 1, 1 + i % 28) for i in range(n)], dtype=object),
+            "i": pd.Series([i if i % 3 else None for i in range(n)], dtype=object),
+        }
+    )
+    assert quiver.sql("SELECT count(*), sum(a) FROM df").fetchone() == (n, n * (n - 1) // 2)
+    assert converted == []
+    # A column read only by the WHERE clause is converted too.
+    got = quiver.sql("SELECT count(a) FROM df WHERE d = DATE '2024-01-05'").fetchone()
+    assert got == (len([i for i in range(n) if i % 28 == 4]),)
+    assert converted == ["d"]
+    converted.clear()
+    got = quiver.sql("SELECT sum(i), count(i) FROM df WHERE a < 10").fetchone()
+    assert got == (sum(i for i in range(10) if i % 3), 6)
+    assert converted == ["i"]
+    converted.clear()
+    # Read twice in one query (a self-join), converted once; the types are known up front.
+    got = quiver.sql("SELECT count(*) FROM df x JOIN df y ON x.d = y.d AND x.a < 50").fetchone()
+    assert got == (sum(len(range(j % 28, n, 28)) for j in range(50)),)
+    assert converted == ["d"]
+    assert types(df) == {"a": "Int64", "d": "Date32", "i": "Int64"}
+
+
+def test_a_bad_value_in_a_column_no_query_reads_is_no_error():
+    df = pd.DataFrame({"a": [1, 2, 3], "n": pd.Series([1, 2, "three"], dtype=object)})
+    assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (6,)
+    with pytest.raises(quiver.ConversionError, match=r'column "n", row 2: expected int .* str'):
+        quiver.sql("SELECT a FROM df WHERE n > 1")
+    # A type quiver cannot hold at all is refused up front, whatever the query reads.
+    odd = pd.DataFrame({"a": [1], "o": pd.Series([{"k": 1}], dtype=object)})
+    with pytest.raises(quiver.ConversionError, match="values of Python type dict"):
+        quiver.sql("SELECT a FROM odd")
+
+
+def test_categorical_of_date_objects():
+    days = [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2)]
+    df = pd.DataFrame({"c": pd.Categorical([days[1], days[0], days[1]])})
+    assert quiver.sql("SELECT c, count(*) FROM df GROUP BY c ORDER BY c").fetchall() == [
+        (days[0], 1),
+        (days[1], 2),
+    ]
+
+
 # --- tables reused across queries ---------------------------------------------------------
 
 

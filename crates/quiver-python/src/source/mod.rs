@@ -72,6 +72,18 @@ enum ColumnData {
         nulls: Vec<usize>,
         _owner: Arc<PyOwner>,
     },
+    /// An object column converted by Python only when a scan reads it ([`Deferred`]).
+    Deferred(Box<Deferred>),
+}
+
+/// An object column of bools, ints, floats, dates or datetimes: `_sources.py` typed it from its
+/// first value and converts it when [`Inner::convert_deferred`] calls `convert` (at planning,
+/// for the columns a scan reads), so a query that does not read it never pays for it.
+struct Deferred {
+    len: usize,
+    convert: Py<PyAny>,
+    /// The converted column; never itself `Deferred`.
+    column: OnceLock<ColumnData>,
 }
 
 struct Inner {
@@ -281,7 +293,19 @@ impl PythonTable {
                     "duplicate column name \"{name}\": rename the columns so each is unique"
                 )));
             }
-            let (column, data_type) = column_from_spec(py, &name, spec)?;
+            let (column, data_type) = if spec.get_item(0)?.extract::<String>()? == "deferred" {
+                // ("deferred", name, sample_spec, convert, rows)
+                let sample = spec.get_item(2)?;
+                let (_, data_type) = column_from_spec(py, &name, sample.cast::<PyTuple>()?)?;
+                let deferred = Deferred {
+                    len: spec.get_item(4)?.extract()?,
+                    convert: spec.get_item(3)?.unbind(),
+                    column: OnceLock::new(),
+                };
+                (ColumnData::Deferred(Box::new(deferred)), data_type)
+            } else {
+                column_from_spec(py, &name, spec)?
+            };
             let len = column_len(&column);
             if len != num_rows {
                 return Err(conversion_error(format!(
@@ -371,6 +395,7 @@ fn column_len(column: &ColumnData) -> usize {
         },
         ColumnData::Numpy(column) => column.len(),
         ColumnData::Objects { len, .. } => *len,
+        ColumnData::Deferred(deferred) => deferred.len,
     }
 }
 
@@ -481,6 +506,11 @@ fn column_from_spec(
                     ..
                 } => decode_objects(name, address, 0, len, kind, &nulls)
                     .map_err(|e| conversion_error(e.to_string()))?,
+                ColumnData::Deferred(_) => {
+                    return Err(conversion_error(format!(
+                        "column \"{name}\": categories must be converted before the codes"
+                    )))
+                }
             };
             let array = arrays::dictionary_array(name, &spec.get_item(2)?, values)?;
             let data_type = array.data_type().clone();
@@ -547,7 +577,7 @@ impl Inner {
     /// Rows `start..start + len` of column `index`, as the table's schema types it.
     fn column(&self, index: usize, start: usize, len: usize) -> DFResult<ArrayRef> {
         let field = self.schema.field(index);
-        let array = match &self.columns[index] {
+        let array = match self.data(index)? {
             ColumnData::Chunks { arrays, starts } => {
                 let slots = &self.converted[index];
                 if slots.is_empty() {
@@ -584,8 +614,69 @@ impl Inner {
                 },
                 None => decode_objects(field.name(), *address, start, len, *kind, nulls)?,
             },
+            ColumnData::Deferred(_) => return Err(not_converted(field.name())),
         };
         exposed(array, field.data_type())
+    }
+
+    /// Column `index`'s data; a deferred column's conversion.
+    fn data(&self, index: usize) -> DFResult<&ColumnData> {
+        match &self.columns[index] {
+            ColumnData::Deferred(deferred) => deferred
+                .column
+                .get()
+                .ok_or_else(|| not_converted(self.schema.field(index).name())),
+            column => Ok(column),
+        }
+    }
+
+    /// Converts the deferred columns among `columns` that are not converted yet. Takes the GIL
+    /// (planning runs while the calling Python thread waits with it released); a conversion
+    /// error (a mixed column) is a `ConversionError` naming the column and row.
+    fn convert_deferred(&self, columns: &[usize]) -> DFResult<()> {
+        for &index in columns {
+            let ColumnData::Deferred(deferred) = &self.columns[index] else {
+                continue;
+            };
+            if deferred.column.get().is_some() {
+                continue;
+            }
+            let field = self.schema.field(index);
+            let column = Python::attach(|py| -> PyResult<ColumnData> {
+                let spec = deferred.convert.bind(py).call0()?;
+                let (column, data_type) =
+                    column_from_spec(py, field.name(), spec.cast::<PyTuple>()?)?;
+                if &data_type != field.data_type() || column_len(&column) != deferred.len {
+                    return Err(conversion_error(format!(
+                        "column \"{}\": converted to {} rows of {data_type}, expected {} of {}",
+                        field.name(),
+                        column_len(&column),
+                        deferred.len,
+                        field.data_type()
+                    )));
+                }
+                Ok(column)
+            })
+            .map_err(|error| {
+                Python::attach(|py| {
+                    if error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                        return QuiverError::Cancelled.into_datafusion();
+                    }
+                    let value = error.value(py);
+                    // quiver's own ConversionError says what is wrong; anything else also
+                    // names the exception's type.
+                    let message = match value.get_type().name() {
+                        Ok(name) if name == "ConversionError" => value.to_string(),
+                        Ok(name) => format!("column \"{}\": {name}: {value}", field.name()),
+                        Err(_) => value.to_string(),
+                    };
+                    QuiverError::Conversion(message).into_datafusion()
+                })
+            })?;
+            // Another scan of the same table may have converted it meanwhile: either is right.
+            let _ = deferred.column.set(column);
+        }
+        Ok(())
     }
 
     /// For a whole morsel of object column `index` of a reusable table: the column's snapshot
@@ -629,7 +720,7 @@ impl Inner {
         predicate: &FilterPredicate,
     ) -> DFResult<ArrayRef> {
         let field = self.schema.field(index);
-        let array = match &self.columns[index] {
+        let array = match self.data(index)? {
             ColumnData::Chunks { arrays, starts } => {
                 let slots = &self.converted[index];
                 // Chunks converted by an earlier query are used as they are; otherwise only the
@@ -689,6 +780,7 @@ impl Inner {
                     )?)?,
                 }
             }
+            ColumnData::Deferred(_) => return Err(not_converted(field.name())),
         };
         exposed(array, field.data_type())
     }
@@ -788,6 +880,12 @@ impl Inner {
             &options,
         )?))
     }
+}
+
+fn not_converted(column: &str) -> DataFusionError {
+    DataFusionError::Internal(format!(
+        "column \"{column}\" was read before its conversion from Python objects"
+    ))
 }
 
 /// An array as the table exposes its type (string views for strings).
@@ -957,6 +1055,11 @@ impl TableProvider for PythonTable {
             Some(projection) => projection.clone(),
             None => (0..self.inner.schema.fields().len()).collect(),
         };
+        // Only the columns this scan reads are converted from Python objects.
+        self.inner.convert_deferred(&projection)?;
+        if let Some(filter) = &filter {
+            self.inner.convert_deferred(&filter.columns)?;
+        }
         let schema = Arc::new(self.inner.schema.project(&projection)?);
         let morsels = &self.inner.morsels;
         let partitions = state
