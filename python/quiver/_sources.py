@@ -14,9 +14,10 @@ protocol, or ``("columns", description, num_rows, specs[, live])`` with one spec
 * ``("arrow", name, chunks)``: Arrow-backed pandas columns, imported without copying.
 * ``("categorical", name, codes, categories_spec)``: a dictionary-encoded column.
 * ``("decimal", name, scaled_ints, precision, scale)``: ``decimal.Decimal`` objects.
-* ``("deferred", name, sample_spec, convert, num_rows)``: an object column of bools, ints,
-  floats, dates or datetimes, typed like ``sample_spec`` (its first value) and converted by
-  ``convert()`` only when a scan reads it (see :func:`_object_column`).
+* ``("deferred", name, sample_spec, convert, array)``: an object array of bools, ints, floats,
+  dates or datetimes, typed like ``sample_spec`` (its first value) and converted by
+  ``convert(copy_of_array)`` only when a scan reads it; the conversion is reused while the array
+  holds the same objects (see :func:`_object_column`).
 
 Only the modules an object comes from are imported: ``import quiver`` imports none of pandas,
 NumPy, pyarrow or polars.
@@ -80,9 +81,11 @@ def table(obj: Any):
     kept (under a weak reference: it never keeps the object alive) and reused while the object's
     columns are still the same arrays. A table reads those arrays where they live at every
     scan, so values changed in place are seen; a column replaced, added, dropped or renamed, or
-    a changed row count, gives a different fingerprint and a new table. Objects whose columns had
-    to be converted (categoricals, decimals, dates, 2-D arrays, dicts, ...) and objects that can
-    change without a visible trace (polars frames, datasets) are converted at every query."""
+    a changed row count, gives a different fingerprint and a new table. Object columns of dates,
+    datetimes and numbers are converted when first read and again after a value changed (see
+    :func:`_object_column`). Objects whose columns had to be converted up front (categoricals,
+    decimals, 2-D arrays, dicts, ...) and objects that can change without a visible trace
+    (polars frames, datasets) are converted at every query."""
     from quiver import _quiver
 
     if _kind(obj) == ("pyarrow", "RecordBatchReader"):
@@ -275,7 +278,8 @@ def _pandas_column(name: str, series: Any):
         values = series.to_numpy()
         spec = _numpy_column(name, values, nan_as_null=True)
         # to_numpy() of a NumPy-backed column is a view of the frame's block.
-        return spec, spec[0] in ("numpy", "objects") and spec[2] is values
+        kept = spec[4] if spec[0] == "deferred" else spec[2]
+        return spec, spec[0] in ("numpy", "objects", "deferred") and kept is values
     raise ConversionError(f'column "{name}": pandas dtype {dtype} is not supported')
 
 
@@ -371,10 +375,12 @@ def _object_column(name: str, values: Any):
     converted here (a mixed column is an error naming the first offending row).
 
     Bools, ints, floats, dates and datetimes are converted only if a query reads the column: the
-    spec is ``("deferred", name, spec of the first value, convert, rows)``, which fixes the
-    column's type now and runs ``convert()`` when a scan needs the column. (pandas reads Parquet
-    dates as objects, so ``SELECT count(*)`` over such a frame would otherwise convert the dates
-    at every query.) Decimals are converted now: their precision and scale need every value."""
+    spec is ``("deferred", name, spec of the first value, convert, values)``, which fixes the
+    column's type now; the engine runs ``convert(copy of values)`` when a scan needs the column,
+    and reuses that conversion while ``values`` holds the same (immutable) objects. (pandas reads
+    Parquet dates as objects, so ``SELECT count(*)`` over such a frame would otherwise convert
+    the dates at every query.) Decimals are converted now: their precision and scale need every
+    value."""
     import functools
 
     import numpy as np
@@ -391,13 +397,17 @@ def _object_column(name: str, values: Any):
     if isinstance(first, decimal.Decimal):
         return _converted_objects(name, values, first)
     sample = _converted_objects(name, np.array([first], dtype=object), first)
-    convert = functools.partial(_converted_objects, name, values, first)
-    return ("deferred", name, sample, convert, len(values))
+    convert = functools.partial(_convert_deferred, name, first)
+    return ("deferred", name, sample, convert, values)
+
+
+def _convert_deferred(name: str, first: Any, values: Any):
+    return _converted_objects(name, values, first)
 
 
 def _eager(spec: tuple) -> tuple:
     """The spec with a deferred conversion done now."""
-    return spec[3]() if spec[0] == "deferred" else spec
+    return spec[3](spec[4]) if spec[0] == "deferred" else spec
 
 
 def _converted_objects(name: str, values: Any, first: Any):

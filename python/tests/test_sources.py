@@ -263,11 +263,22 @@ def test_object_columns_are_converted_only_when_a_query_reads_them(monkeypatch):
     assert got == (sum(i for i in range(10) if i % 3), 6)
     assert converted == ["i"]
     converted.clear()
-    # Read twice in one query (a self-join), converted once; the types are known up front.
+    # Read twice in one query (a self-join): the conversion is reused while the column holds
+    # the same objects.
     got = quiver.sql("SELECT count(*) FROM df x JOIN df y ON x.d = y.d AND x.a < 50").fetchone()
     assert got == (sum(len(range(j % 28, n, 28)) for j in range(50)),)
-    assert converted == ["d"]
+    assert converted == []
     assert types(df) == {"a": "Int64", "d": "Date32", "i": "Int64"}
+    # A value assigned in place is seen: the next query that reads the column converts again.
+    df.loc[3, "d"] = datetime.date(2030, 1, 1)
+    assert quiver.sql("SELECT max(d) FROM df").fetchone() == (datetime.date(2030, 1, 1),)
+    assert converted == ["d"]
+    assert quiver.sql("SELECT count(*) FROM df WHERE d > DATE '2029-01-01'").fetchone() == (1,)
+    assert converted == ["d"]
+    df.loc[4, "d"] = "not a date"
+    with pytest.raises(quiver.ConversionError, match=r'column "d", row 4: expected date'):
+        quiver.sql("SELECT max(d) FROM df")
+    assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (n * (n - 1) // 2,)
 
 
 def test_a_bad_value_in_a_column_no_query_reads_is_no_error():
@@ -369,8 +380,12 @@ def test_converted_columns_are_not_reused():
     assert not _sources.table(dec).reusable
     dec.loc[0, "d"] = decimal.Decimal("10.5")
     assert quiver.sql("SELECT sum(d) FROM dec").fetchone() == (decimal.Decimal("13.0"),)
+    # Objects converted when read are reused, and converted again once a value changes.
     ints_as_objects = pd.DataFrame({"i": pd.Series([1, 2, None], dtype=object)})
-    assert not _sources.table(ints_as_objects).reusable
+    assert _sources.table(ints_as_objects).reusable
+    assert quiver.sql("SELECT sum(i) FROM ints_as_objects").fetchone() == (3,)
+    ints_as_objects.loc[2, "i"] = 40
+    assert quiver.sql("SELECT sum(i) FROM ints_as_objects").fetchone() == (43,)
 
 
 def test_the_cache_never_keeps_a_frame_alive():

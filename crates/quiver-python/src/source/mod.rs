@@ -13,7 +13,7 @@ pub mod dataset;
 pub mod strings;
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{
     Array, ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, RecordBatchReader,
@@ -77,13 +77,77 @@ enum ColumnData {
 }
 
 /// An object column of bools, ints, floats, dates or datetimes: `_sources.py` typed it from its
-/// first value and converts it when [`Inner::convert_deferred`] calls `convert` (at planning,
-/// for the columns a scan reads), so a query that does not read it never pays for it.
+/// first value, and [`Inner::convert_deferred`] converts it (at planning, for the columns a scan
+/// reads), so a query that does not read it never pays for it.
+///
+/// A conversion is kept and reused while the column holds the same objects: these Python types
+/// are immutable, and the conversion keeps a copy of the object array — a reference to every
+/// object, so none can be freed and its address reused — so equal pointers mean equal values.
+/// A value assigned in place changes a pointer, and the next scan converts again.
 struct Deferred {
-    len: usize,
+    /// The object array the frame holds (read for its pointers only).
+    values: arrays::NumpyView,
+    /// `convert(copy_of_values)` returns the column's converted spec.
     convert: Py<PyAny>,
-    /// The converted column; never itself `Deferred`.
-    column: OnceLock<ColumnData>,
+    current: Mutex<Option<Arc<Conversion>>>,
+}
+
+/// A deferred column converted from a snapshot of its objects.
+struct Conversion {
+    /// A copy of the object array when it was converted (holds a reference to every object).
+    snapshot: arrays::NumpyView,
+    /// Never itself `Deferred`.
+    column: ColumnData,
+}
+
+impl Deferred {
+    /// The conversion, if one was made and the column still holds the objects it was made
+    /// from. The GIL must be held: Python code cannot assign values while the pointers are read.
+    fn valid(&self, _py: Python<'_>) -> DFResult<Option<Arc<Conversion>>> {
+        let current = self.current()?;
+        Ok(current.filter(|conversion| {
+            // SAFETY: both are live contiguous object arrays of `len` elements (the table holds
+            // the column's array, the conversion its snapshot), read under the GIL.
+            let (now, then) = unsafe {
+                (
+                    std::slice::from_raw_parts(
+                        self.values.address as *const usize,
+                        self.values.len,
+                    ),
+                    std::slice::from_raw_parts(
+                        conversion.snapshot.address as *const usize,
+                        conversion.snapshot.len,
+                    ),
+                )
+            };
+            now == then
+        }))
+    }
+
+    fn current(&self) -> DFResult<Option<Arc<Conversion>>> {
+        let current = self
+            .current
+            .lock()
+            .map_err(|_| DataFusionError::Internal("a conversion lock was poisoned".into()))?;
+        Ok(current.clone())
+    }
+}
+
+/// A column's data: the table's own, or a deferred column's current conversion.
+enum Data<'a> {
+    Own(&'a ColumnData),
+    Converted(Arc<Conversion>),
+}
+
+impl std::ops::Deref for Data<'_> {
+    type Target = ColumnData;
+
+    fn deref(&self) -> &ColumnData {
+        match self {
+            Data::Own(column) => column,
+            Data::Converted(conversion) => &conversion.column,
+        }
+    }
 }
 
 struct Inner {
@@ -294,13 +358,19 @@ impl PythonTable {
                 )));
             }
             let (column, data_type) = if spec.get_item(0)?.extract::<String>()? == "deferred" {
-                // ("deferred", name, sample_spec, convert, rows)
+                // ("deferred", name, sample_spec, convert, values)
                 let sample = spec.get_item(2)?;
                 let (_, data_type) = column_from_spec(py, &name, sample.cast::<PyTuple>()?)?;
+                let values = arrays::NumpyView::new(&name, &spec.get_item(4)?)?;
+                if !values.typestr.ends_with('O') {
+                    return Err(conversion_error(format!(
+                        "column \"{name}\": expected an object array"
+                    )));
+                }
                 let deferred = Deferred {
-                    len: spec.get_item(4)?.extract()?,
+                    values,
                     convert: spec.get_item(3)?.unbind(),
-                    column: OnceLock::new(),
+                    current: Mutex::new(None),
                 };
                 (ColumnData::Deferred(Box::new(deferred)), data_type)
             } else {
@@ -395,7 +465,7 @@ fn column_len(column: &ColumnData) -> usize {
         },
         ColumnData::Numpy(column) => column.len(),
         ColumnData::Objects { len, .. } => *len,
-        ColumnData::Deferred(deferred) => deferred.len,
+        ColumnData::Deferred(deferred) => deferred.values.len,
     }
 }
 
@@ -577,7 +647,8 @@ impl Inner {
     /// Rows `start..start + len` of column `index`, as the table's schema types it.
     fn column(&self, index: usize, start: usize, len: usize) -> DFResult<ArrayRef> {
         let field = self.schema.field(index);
-        let array = match self.data(index)? {
+        let data = self.data(index)?;
+        let array = match &*data {
             ColumnData::Chunks { arrays, starts } => {
                 let slots = &self.converted[index];
                 if slots.is_empty() {
@@ -619,43 +690,52 @@ impl Inner {
         exposed(array, field.data_type())
     }
 
-    /// Column `index`'s data; a deferred column's conversion.
-    fn data(&self, index: usize) -> DFResult<&ColumnData> {
+    /// Column `index`'s data; for a deferred column, its current conversion.
+    fn data(&self, index: usize) -> DFResult<Data<'_>> {
         match &self.columns[index] {
-            ColumnData::Deferred(deferred) => deferred
-                .column
-                .get()
-                .ok_or_else(|| not_converted(self.schema.field(index).name())),
-            column => Ok(column),
+            ColumnData::Deferred(deferred) => match deferred.current()? {
+                Some(conversion) => Ok(Data::Converted(conversion)),
+                None => Err(not_converted(self.schema.field(index).name())),
+            },
+            column => Ok(Data::Own(column)),
         }
     }
 
-    /// Converts the deferred columns among `columns` that are not converted yet. Takes the GIL
-    /// (planning runs while the calling Python thread waits with it released); a conversion
-    /// error (a mixed column) is a `ConversionError` naming the column and row.
+    /// Converts the deferred columns among `columns` that have no conversion of their current
+    /// objects. Takes the GIL (planning runs while the calling Python thread waits with it
+    /// released); a conversion error (a mixed column) is a `ConversionError` naming the column
+    /// and row.
     fn convert_deferred(&self, columns: &[usize]) -> DFResult<()> {
         for &index in columns {
             let ColumnData::Deferred(deferred) = &self.columns[index] else {
                 continue;
             };
-            if deferred.column.get().is_some() {
-                continue;
-            }
             let field = self.schema.field(index);
-            let column = Python::attach(|py| -> PyResult<ColumnData> {
-                let spec = deferred.convert.bind(py).call0()?;
+            let converted = Python::attach(|py| -> PyResult<Option<Conversion>> {
+                if deferred
+                    .valid(py)
+                    .map_err(|e| conversion_error(e.to_string()))?
+                    .is_some()
+                {
+                    return Ok(None);
+                }
+                // Convert a copy, so the snapshot is exactly what was converted even if Python
+                // code runs (and assigns values) while the conversion does.
+                let copy = deferred.values.owner.object(py).call_method0("copy")?;
+                let snapshot = arrays::NumpyView::new(field.name(), &copy)?;
+                let spec = deferred.convert.bind(py).call1((copy,))?;
                 let (column, data_type) =
                     column_from_spec(py, field.name(), spec.cast::<PyTuple>()?)?;
-                if &data_type != field.data_type() || column_len(&column) != deferred.len {
+                let len = deferred.values.len;
+                if &data_type != field.data_type() || column_len(&column) != len {
                     return Err(conversion_error(format!(
-                        "column \"{}\": converted to {} rows of {data_type}, expected {} of {}",
+                        "column \"{}\": converted to {} rows of {data_type}, expected {len} of {}",
                         field.name(),
                         column_len(&column),
-                        deferred.len,
                         field.data_type()
                     )));
                 }
-                Ok(column)
+                Ok(Some(Conversion { snapshot, column }))
             })
             .map_err(|error| {
                 Python::attach(|py| {
@@ -673,8 +753,12 @@ impl Inner {
                     QuiverError::Conversion(message).into_datafusion()
                 })
             })?;
-            // Another scan of the same table may have converted it meanwhile: either is right.
-            let _ = deferred.column.set(column);
+            if let Some(conversion) = converted {
+                let mut current = deferred.current.lock().map_err(|_| {
+                    DataFusionError::Internal("a conversion lock was poisoned".into())
+                })?;
+                *current = Some(Arc::new(conversion));
+            }
         }
         Ok(())
     }
@@ -720,7 +804,8 @@ impl Inner {
         predicate: &FilterPredicate,
     ) -> DFResult<ArrayRef> {
         let field = self.schema.field(index);
-        let array = match self.data(index)? {
+        let data = self.data(index)?;
+        let array = match &*data {
             ColumnData::Chunks { arrays, starts } => {
                 let slots = &self.converted[index];
                 // Chunks converted by an earlier query are used as they are; otherwise only the
