@@ -99,6 +99,30 @@ def test_ctrl_c_cancels_a_query_and_the_session_stays_usable():
     assert lines[1] == "(2,)"
 
 
+def test_ctrl_c_interrupts_converting_an_object_column():
+    result = run_python(
+        """
+        import os, signal, threading, time, pandas as pd, quiver
+        df = pd.DataFrame({"i": pd.Series(list(range(3_000_000)), dtype=object)})
+        con = quiver.connect()
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        start = time.monotonic()
+        try:
+            con.sql("SELECT sum(i) FROM df").fetchone()
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted after", round(time.monotonic() - start, 2))
+        print(con.sql("SELECT count(*) FROM df").fetchone())
+        """,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("interrupted after"), result.stdout
+    assert float(lines[0].split()[-1]) < 2.0
+    assert lines[1] == "(3000000,)"
+
+
 def test_error_tree():
     with pytest.raises(quiver.ParserError) as error:
         quiver.sql("SELECT 1;\nSELEC 2")

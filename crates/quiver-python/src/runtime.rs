@@ -96,5 +96,10 @@ where
     if let (true, Some(reporter)) = (reported, reporter) {
         reporter.report(py, true);
     }
+    if output.is_err() {
+        // A query that failed while Ctrl-C was pending (Python code it ran, such as a column
+        // conversion, was interrupted) reports the KeyboardInterrupt.
+        py.check_signals()?;
+    }
     output
 }

@@ -740,6 +740,10 @@ impl Inner {
             .map_err(|error| {
                 Python::attach(|py| {
                     if error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                        // Ctrl-C during the conversion (it runs on the waiting thread): make it
+                        // pending again, so the caller raises it as KeyboardInterrupt.
+                        // SAFETY: PyErr_SetInterrupt only sets a flag; it may be called anytime.
+                        unsafe { pyo3::ffi::PyErr_SetInterrupt() };
                         return QuiverError::Cancelled.into_datafusion();
                     }
                     let value = error.value(py);
