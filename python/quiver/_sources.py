@@ -469,14 +469,18 @@ def _converted_objects(name: str, values: Any, first: Any):
         return ("numpy", name, data, mask, "UTC" if aware else None, False)
     if isinstance(first, datetime.date):
         # pandas reads Parquet date32 columns as objects of datetime.date: convert them in C
-        # when the column holds nothing else (checked by type, so a datetime is never truncated).
-        if set(map(type, values)) <= {datetime.date, type(None)}:
+        # when the column holds nothing else (checked by type, so a datetime is never truncated),
+        # a million values at a time: Ctrl-C is seen between two C calls, and the chunks are
+        # whole morsels.
+        step = 1_000_000
+        pieces = [values[i : i + step] for i in range(0, len(values), step)] or [values]
+        if all(set(map(type, piece)) <= {datetime.date, type(None)} for piece in pieces):
             try:
                 import pyarrow as pa
             except ImportError:
                 data = np.array(values, dtype="datetime64[D]")  # None -> NaT -> NULL
                 return ("numpy", name, data, None, None, False)
-            return ("arrow", name, [pa.array(values, type=pa.date32())])
+            return ("arrow", name, [pa.array(piece, type=pa.date32()) for piece in pieces])
         mask = check((datetime.date,), "date")
         days = [
             0 if missing else np.datetime64(value, "D").astype(np.int64)

@@ -281,6 +281,25 @@ def test_object_columns_are_converted_only_when_a_query_reads_them(monkeypatch):
     assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (n * (n - 1) // 2,)
 
 
+def test_date_objects_across_conversion_chunks():
+    n = 2_300_001
+    days = np.arange(n) % 3000
+    dates = [datetime.date(2020, 1, 1) + datetime.timedelta(days=int(d)) for d in days]
+    dates[1_000_000] = None
+    df = pd.DataFrame({"k": np.arange(n), "d": pd.Series(dates, dtype=object)})
+    got = quiver.sql(
+        "SELECT count(d), min(d), max(d), count(*) FILTER (WHERE d = DATE '2020-01-02') FROM df"
+    ).fetchone()
+    assert got == (
+        n - 1,
+        datetime.date(2020, 1, 1),
+        datetime.date(2020, 1, 1) + datetime.timedelta(days=2999),
+        int((days == 1).sum()),
+    )
+    got = quiver.sql("SELECT k, d FROM df WHERE k IN (0, 999999, 1000000, 2300000) ORDER BY k")
+    assert got.fetchall() == [(k, dates[k]) for k in (0, 999_999, 1_000_000, 2_300_000)]
+
+
 def test_a_bad_value_in_a_column_no_query_reads_is_no_error():
     df = pd.DataFrame({"a": [1, 2, 3], "n": pd.Series([1, 2, "three"], dtype=object)})
     assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (6,)
