@@ -395,14 +395,10 @@ def _object_column(name: str, values: Any):
     if isinstance(first, bytes):
         return ("objects", name, values, "bytes", _null_objects())
     if isinstance(first, decimal.Decimal):
-        return _converted_objects(name, values, first)
-    sample = _converted_objects(name, np.array([first], dtype=object), first)
-    convert = functools.partial(_convert_deferred, name, first)
+        return _converted_objects(name, first, values)
+    sample = _converted_objects(name, first, np.array([first], dtype=object))
+    convert = functools.partial(_converted_objects, name, first)
     return ("deferred", name, sample, convert, values)
-
-
-def _convert_deferred(name: str, first: Any, values: Any):
-    return _converted_objects(name, values, first)
 
 
 def _eager(spec: tuple) -> tuple:
@@ -410,7 +406,7 @@ def _eager(spec: tuple) -> tuple:
     return spec[3](spec[4]) if spec[0] == "deferred" else spec
 
 
-def _converted_objects(name: str, values: Any, first: Any):
+def _converted_objects(name: str, first: Any, values: Any):
     """The spec of an object column of bools, ints, floats, decimals, datetimes or dates, whose
     first non-null value is ``first``: converted, every value checked."""
     import numpy as np

@@ -238,10 +238,10 @@ def test_object_columns_are_converted_only_when_a_query_reads_them(monkeypatch):
     converted = []
     convert = _sources._converted_objects
 
-    def spy(name, values, first):
+    def spy(name, first, values):
         if len(values) > 1:  # not the one-value sample that types the column
             converted.append(name)
-        return convert(name, values, first)
+        return convert(name, first, values)
 
     monkeypatch.setattr(_sources, "_converted_objects", spy)
     n = 1000

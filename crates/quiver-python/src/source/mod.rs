@@ -101,11 +101,11 @@ struct Conversion {
 }
 
 impl Deferred {
-    /// The conversion, if one was made and the column still holds the objects it was made
-    /// from. The GIL must be held: Python code cannot assign values while the pointers are read.
-    fn valid(&self, _py: Python<'_>) -> DFResult<Option<Arc<Conversion>>> {
+    /// Whether a conversion was made and the column still holds the objects it was made from.
+    /// The GIL must be held: Python code cannot assign values while the pointers are read.
+    fn is_current(&self, _py: Python<'_>) -> DFResult<bool> {
         let current = self.current()?;
-        Ok(current.filter(|conversion| {
+        Ok(current.is_some_and(|conversion| {
             // SAFETY: both are live contiguous object arrays of `len` elements (the table holds
             // the column's array, the conversion its snapshot), read under the GIL.
             let (now, then) = unsafe {
@@ -125,11 +125,13 @@ impl Deferred {
     }
 
     fn current(&self) -> DFResult<Option<Arc<Conversion>>> {
-        let current = self
-            .current
+        Ok(self.lock()?.clone())
+    }
+
+    fn lock(&self) -> DFResult<std::sync::MutexGuard<'_, Option<Arc<Conversion>>>> {
+        self.current
             .lock()
-            .map_err(|_| DataFusionError::Internal("a conversion lock was poisoned".into()))?;
-        Ok(current.clone())
+            .map_err(|_| DataFusionError::Internal("a conversion lock was poisoned".into()))
     }
 }
 
@@ -710,15 +712,11 @@ impl Inner {
             let ColumnData::Deferred(deferred) = &self.columns[index] else {
                 continue;
             };
+            if Python::attach(|py| deferred.is_current(py))? {
+                continue;
+            }
             let field = self.schema.field(index);
-            let converted = Python::attach(|py| -> PyResult<Option<Conversion>> {
-                if deferred
-                    .valid(py)
-                    .map_err(|e| conversion_error(e.to_string()))?
-                    .is_some()
-                {
-                    return Ok(None);
-                }
+            let conversion = Python::attach(|py| -> PyResult<Conversion> {
                 // Convert a copy, so the snapshot is exactly what was converted even if Python
                 // code runs (and assigns values) while the conversion does.
                 let copy = deferred.values.owner.object(py).call_method0("copy")?;
@@ -735,7 +733,7 @@ impl Inner {
                         field.data_type()
                     )));
                 }
-                Ok(Some(Conversion { snapshot, column }))
+                Ok(Conversion { snapshot, column })
             })
             .map_err(|error| {
                 Python::attach(|py| {
@@ -757,12 +755,7 @@ impl Inner {
                     QuiverError::Conversion(message).into_datafusion()
                 })
             })?;
-            if let Some(conversion) = converted {
-                let mut current = deferred.current.lock().map_err(|_| {
-                    DataFusionError::Internal("a conversion lock was poisoned".into())
-                })?;
-                *current = Some(Arc::new(conversion));
-            }
+            *deferred.lock()? = Some(Arc::new(conversion));
         }
         Ok(())
     }
