@@ -9,14 +9,14 @@
 //!     int4,int4,int4,int4,numeric,numeric,numeric,numeric,text,text,date,date,date,text,text,text
 //! ```
 //! (`numeric` is read as numeric(15,2), lineitem's type.) An optional third argument sets the
-//! rows parsed at a time (the scan's `ROWS_PER_PARSE`, 128).
+//! rows parsed at a time (default `decode::ROWS_PER_PARSE`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::datatypes::{Field, Schema};
 use quiver_postgres::binary_copy::CopyParser;
-use quiver_postgres::decode::BatchDecoder;
+use quiver_postgres::decode::{BatchDecoder, ROWS_PER_PARSE};
 use quiver_postgres::types::PgType;
 
 const BATCH_ROWS: usize = 8192;
@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(path), Some(types)) = (args.get(1), args.get(2)) else {
         return Err("usage: decode_copy FILE TYPE,TYPE,... [ROWS_PER_PARSE]".into());
     };
-    let rows_per_parse: usize = args.get(3).map_or(Ok(128), |n| n.parse())?;
+    let rows_per_parse: usize = args.get(3).map_or(Ok(ROWS_PER_PARSE), |n| n.parse())?;
     let data = std::fs::read(path)?;
     let types = types
         .split(',')
@@ -72,17 +72,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             pending.extend_from_slice(chunk);
             let mut offset = 0;
             loop {
-                let room = (BATCH_ROWS - decoder.rows()).clamp(1, rows_per_parse);
                 let rest = pending.get(offset..).unwrap_or_default();
-                let first_row = parser.rows();
-                let parsed = parser.parse(rest, &mut spans, room)?;
-                decoder.append_rows(rest, &spans, parsed.rows, first_row)?;
-                offset += parsed.consumed;
-                if decoder.rows() >= BATCH_ROWS {
-                    rows += decoder.finish_batch()?.num_rows();
-                } else if parsed.rows < room {
+                offset +=
+                    decoder.fill(&mut parser, &mut spans, rest, BATCH_ROWS, rows_per_parse)?;
+                if decoder.rows() < BATCH_ROWS {
                     break;
                 }
+                rows += decoder.finish_batch()?.num_rows();
             }
             pending.drain(..offset);
         }

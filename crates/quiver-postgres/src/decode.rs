@@ -22,7 +22,7 @@ use arrow::datatypes::{
 use arrow::error::ArrowError;
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
-use crate::binary_copy::{CopyFormatError, FieldSpan};
+use crate::binary_copy::{CopyFormatError, CopyParser, FieldSpan};
 use crate::types::PgType;
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (Postgres's).
@@ -705,6 +705,11 @@ fn rescale_i128(digits: &[u8], exponent: i32, scale: i8) -> Result<i128, String>
     }
 }
 
+/// Rows parsed and decoded at a time by [`BatchDecoder::fill`]. The decoder reads the parsed
+/// rows column by column, so their bytes and field spans are read once per column: this many
+/// rows of a wide table stay in the L1 cache across those passes.
+pub const ROWS_PER_PARSE: usize = 128;
+
 /// Decodes rows into one builder per column and cuts them into record batches.
 #[derive(Debug)]
 pub struct BatchDecoder {
@@ -765,6 +770,35 @@ impl BatchDecoder {
         }
         self.rows += rows;
         Ok(())
+    }
+
+    /// Parses and decodes the complete rows at the start of `input`, `rows_per_parse` at a
+    /// time, until the batch holds `batch_rows` rows or no complete row is left (or the stream
+    /// has ended). Returns the bytes used; the caller keeps the rest for when more arrives,
+    /// and cuts a batch ([`BatchDecoder::finish_batch`]) when [`BatchDecoder::rows`] reaches
+    /// `batch_rows`.
+    pub fn fill(
+        &mut self,
+        parser: &mut CopyParser,
+        spans: &mut Vec<FieldSpan>,
+        input: &[u8],
+        batch_rows: usize,
+        rows_per_parse: usize,
+    ) -> Result<usize, CopyFormatError> {
+        let batch_rows = batch_rows.max(1);
+        let mut offset = 0;
+        while self.rows < batch_rows {
+            let room = (batch_rows - self.rows).clamp(1, rows_per_parse.max(1));
+            let rest = input.get(offset..).unwrap_or_default();
+            let first_row = parser.rows();
+            let parsed = parser.parse(rest, spans, room)?;
+            self.append_rows(rest, spans, parsed.rows, first_row)?;
+            offset += parsed.consumed;
+            if parsed.rows < room {
+                break;
+            }
+        }
+        Ok(offset)
     }
 
     /// Rows decoded since the last batch.

@@ -55,7 +55,7 @@ use crate::catalog::{
 };
 use crate::connection::ConnectTarget;
 use crate::copy_in::PostgresSink;
-use crate::decode::BatchDecoder;
+use crate::decode::{BatchDecoder, ROWS_PER_PARSE};
 use crate::error::{PostgresError, Result};
 use crate::runtime_filter::superset_sql;
 use crate::snapshot::{snapshot_for_query, QueryKey, SnapshotPool};
@@ -64,11 +64,6 @@ use crate::types::{PgColumn, PgType};
 
 /// Default pages per ctid task (DuckDB's choice: about 8 MB of heap per task).
 pub const DEFAULT_PAGES_PER_TASK: u64 = 1000;
-
-/// Rows parsed and decoded at a time. The decoder reads the parsed rows column by column,
-/// so their bytes and field spans are read once per column: this many rows of a wide table
-/// stay in the L1 cache across those passes.
-const ROWS_PER_PARSE: usize = 128;
 
 /// How a scan may read.
 #[derive(Debug, Clone)]
@@ -1178,25 +1173,12 @@ impl TaskReader {
     ) -> Result<Flow> {
         let mut offset = 0;
         loop {
-            let room = self
-                .batch_size
-                .saturating_sub(decoder.rows())
-                .clamp(1, ROWS_PER_PARSE);
             let rest = input.get(offset..).unwrap_or_default();
-            let first_row = parser.rows();
-            let parsed = parser
-                .parse(rest, spans, room)
+            offset += decoder
+                .fill(parser, spans, rest, self.batch_size, ROWS_PER_PARSE)
                 .map_err(|e| self.copy_error(e))?;
-            decoder
-                .append_rows(rest, spans, parsed.rows, first_row)
-                .map_err(|e| self.copy_error(e))?;
-            offset += parsed.consumed;
             if decoder.rows() < self.batch_size {
-                if parsed.rows < room {
-                    // No complete row is left (or the stream has ended).
-                    return Ok(Flow::Continue(offset));
-                }
-                continue;
+                return Ok(Flow::Continue(offset));
             }
             let batch = decoder
                 .finish_batch()
