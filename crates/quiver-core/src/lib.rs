@@ -18,6 +18,7 @@
 mod attach;
 pub mod conjunction;
 pub mod database;
+pub mod distinct_groups;
 pub mod error;
 pub mod external;
 pub mod files;

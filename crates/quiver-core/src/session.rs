@@ -10,6 +10,7 @@ use datafusion::catalog::{
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::optimizer::Optimizer;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -128,10 +129,22 @@ impl Session {
             after_join_selection,
             Arc::new(crate::join_sides::RowCountJoinSides),
         );
+        // Mixed DISTINCT aggregates become two GROUP BYs just before DataFusion does the same
+        // for the cases it covers.
+        let mut logical_rules = Optimizer::new().rules;
+        let before_single_distinct = logical_rules
+            .iter()
+            .position(|rule| rule.name() == "single_distinct_aggregation_to_group_by")
+            .unwrap_or(logical_rules.len());
+        logical_rules.insert(
+            before_single_distinct,
+            Arc::new(crate::distinct_groups::MixedDistinctToGroupBy),
+        );
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_optimizer_rules(logical_rules)
             .with_physical_optimizer_rules(rules)
             .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
             .with_physical_optimizer_rule(Arc::new(quiver_agg::FrozenKeysRule))
