@@ -5,7 +5,9 @@
 //! `tokio_postgres::Config`). What it leaves out comes from the environment as libpq reads it —
 //! `PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGAPPNAME`, `PGOPTIONS`,
 //! `PGCONNECT_TIMEOUT` — then libpq's defaults: the Unix socket directory, port 5432, the OS
-//! user, a database named after the user. Not supported: `~/.pgpass`, service files, TLS.
+//! user, a database named after the user. Without a password from the string or `PGPASSWORD`,
+//! the password file is read as libpq reads it ([`crate::passfile`]: `passfile=`,
+//! `PGPASSFILE`, `~/.pgpass`). Not supported: service files, TLS.
 //!
 //! A password is never shown: [`ConnectTarget::describe`] is the only way a target is printed.
 //!
@@ -24,6 +26,7 @@ use tokio_postgres::{Client, Config, NoTls};
 use tokio_util::either::Either;
 
 use crate::error::{PostgresError, Result};
+use crate::passfile;
 use crate::tap::{CopyTap, TapStream};
 
 /// Where to connect, fully resolved (string, environment, defaults).
@@ -41,6 +44,27 @@ impl std::fmt::Debug for ConnectTarget {
 /// Directories libpq looks in for the server's Unix socket when no host is given.
 const SOCKET_DIRS: [&str; 2] = ["/var/run/postgresql", "/tmp"];
 
+/// The password file's entry for the first host (libpq looks one up per host; the connection
+/// has one password), with a default socket directory matching `localhost`.
+fn passfile_lookup(config: &Config, path: &std::path::Path) -> Option<String> {
+    let host = match config.get_hosts().first()? {
+        Host::Tcp(name) => name.clone(),
+        #[cfg(unix)]
+        Host::Unix(dir) if SOCKET_DIRS.iter().any(|d| dir == std::path::Path::new(d)) => {
+            "localhost".to_string()
+        }
+        #[cfg(unix)]
+        Host::Unix(dir) => dir.display().to_string(),
+    };
+    let lookup = passfile::Lookup {
+        host: &host,
+        port: config.get_ports().first().copied().unwrap_or(5432),
+        database: config.get_dbname()?,
+        user: config.get_user()?,
+    };
+    passfile::read_password(path, &lookup)
+}
+
 impl ConnectTarget {
     /// Parses `dsn`, filling the gaps from the process environment.
     pub fn parse(dsn: &str) -> Result<ConnectTarget> {
@@ -49,6 +73,7 @@ impl ConnectTarget {
 
     /// Parses `dsn`, filling the gaps from `env` (a test seam for the environment).
     pub fn parse_with_env(dsn: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let (dsn, passfile) = passfile::take_passfile(dsn);
         let mut config = if dsn.trim().is_empty() {
             Config::new()
         } else {
@@ -100,8 +125,12 @@ impl ConnectTarget {
             }
         }
         if config.get_password().is_none() {
-            if let Some(password) = env("PGPASSWORD") {
+            if let Some(password) = env("PGPASSWORD").filter(|p| !p.is_empty()) {
                 config.password(password);
+            } else if let Some(path) = passfile::location(passfile.as_deref(), &env) {
+                if let Some(password) = passfile_lookup(&config, &path) {
+                    config.password(password);
+                }
             }
         }
         if config.get_options().is_none() {
@@ -144,6 +173,22 @@ impl ConnectTarget {
         )
     }
 
+    /// Why a login failed. The client reports a password the server asks for and it does not
+    /// have as "invalid configuration" (the reason is the error's source); say which.
+    fn login_message(&self, error: &tokio_postgres::Error) -> String {
+        let message = crate::error::server_message(error);
+        let Some(reason) = std::error::Error::source(error).map(|s| s.to_string()) else {
+            return message;
+        };
+        if self.config.get_password().is_none() && reason.contains("password") {
+            "the server asks for a password and none was given (not in the connection \
+             string, PGPASSWORD or a password file that only its owner may read)"
+                .to_string()
+        } else {
+            format!("{message}: {reason}")
+        }
+    }
+
     /// Connects; the connection's I/O runs as a task on the current tokio runtime and ends
     /// when the returned client is dropped.
     pub async fn connect(&self) -> Result<PgConnection> {
@@ -157,7 +202,7 @@ impl ConnectTarget {
             .config
             .connect_raw(TapStream::new(socket, tap.clone()), NoTls)
             .await
-            .map_err(|e| connect_error(crate::error::server_message(&e)))?;
+            .map_err(|e| connect_error(self.login_message(&e)))?;
         tap.start_framing();
         tokio::spawn(async move {
             // Errors reach the client's pending calls; nothing to do with them here.

@@ -29,6 +29,7 @@ pub mod copy_in;
 pub mod decode;
 pub mod error;
 pub mod functions;
+pub mod passfile;
 pub mod pushdown;
 pub mod runtime_filter;
 pub mod scan;

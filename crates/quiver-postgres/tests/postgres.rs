@@ -607,6 +607,44 @@ async fn faults_are_clear_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_password_file_supplies_the_password() {
+    use std::os::unix::fs::PermissionsExt;
+    let pg = require_cluster!();
+    let ctx = context();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pgpass");
+    // `secret_user` needs a password (scram-sha-256); the socket directory is matched by path.
+    let socket = pg.dir().display().to_string().replace(':', "\\:");
+    std::fs::write(
+        &path,
+        format!(
+            "# quiver test\n*:*:other:*:wrong\n{socket}:{}:shop:secret_user:hunter2-secret\n",
+            pg.port
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let dsn = format!(
+        "host={} port={} user=secret_user dbname=shop passfile='{}'",
+        pg.dir().display(),
+        pg.port,
+        path.display()
+    );
+    // The role may log in but read no table: a query of its own shows the login worked.
+    let sql = format!(
+        "SELECT * FROM postgres_query({}, 'SELECT 42::int8 AS answer')",
+        lit(&dsn)
+    );
+    assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 42);
+
+    // libpq ignores a password file its group or others may read; so does quiver.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let error = query_err(&ctx, &sql).await;
+    assert!(error.contains("password"), "{error}");
+    assert!(!error.contains("hunter2"), "the password leaked: {error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_terminated_backend_is_an_error_not_a_short_result() {
     let pg = require_cluster!();
     let ctx = context();
