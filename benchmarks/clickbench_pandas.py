@@ -59,9 +59,11 @@ def load_frame(rows: int, variant: str):
     return hits
 
 
-def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) -> dict:
-    hits = load_frame(rows, variant)
-    queries = load_queries()
+def connect(engine: str, hits):
+    """`(run, setup)`: a function running one query over the frame `hits` and fetching the
+    whole result, and the seconds spent converting or registering the frame first. quiver
+    finds `hits` by name in its caller's frames, so the caller must hold it in a variable of
+    that name."""
     setup = 0.0
     if engine == "quiver":
         sys.path.insert(0, str(HERE.parent / "python"))
@@ -117,6 +119,13 @@ def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) 
 
     else:
         raise SystemExit(f"unknown engine {engine}")
+    return run, setup
+
+
+def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) -> dict:
+    hits = load_frame(rows, variant)
+    queries = load_queries()
+    run, setup = connect(engine, hits)
 
     first: list[float | None] = []
     hot: list[float | None] = []

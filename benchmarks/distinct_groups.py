@@ -27,6 +27,9 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from clickbench_pandas import connect  # noqa: E402
+
 RESULTS = HERE / "results"
 ENGINES = ["quiver", "chdb", "duckdb", "datafusion", "polars"]
 QUERIES = {
@@ -49,56 +52,7 @@ def worker(engine: str, rows: int, runs: int) -> dict:
     import pandas as pd
 
     hits = pd.read_parquet(HERE / "data" / f"hits_{rows}.parquet", columns=COLUMNS)
-    if engine == "quiver":
-        sys.path.insert(0, str(HERE.parent / "python"))
-        import quiver
-
-        con = quiver.connect()
-        con.register("hits", hits)
-
-        def run(q):
-            return con.sql(q).arrow()
-
-    elif engine == "chdb":
-        import chdb
-
-        def run(q):
-            return chdb.query(q.replace("FROM hits", "FROM Python(hits)"), "ArrowTable")
-
-    elif engine == "duckdb":
-        import duckdb
-
-        con = duckdb.connect()
-        con.register("hits", hits)
-
-        def run(q):
-            result = con.execute(q)
-            if hasattr(result, "to_arrow_table"):
-                return result.to_arrow_table()
-            return result.fetch_arrow_table()
-
-    elif engine == "datafusion":
-        import datafusion
-
-        config = datafusion.SessionConfig().set(
-            "datafusion.sql_parser.enable_ident_normalization", "false"
-        )
-        ctx = datafusion.SessionContext(config)
-        ctx.from_pandas(hits, "hits")
-
-        def run(q):
-            return ctx.sql(q).to_arrow_table()
-
-    elif engine == "polars":
-        import polars as pl
-
-        ctx = pl.SQLContext(hits=pl.from_pandas(hits))
-
-        def run(q):
-            return ctx.execute(q).collect()
-
-    else:
-        raise SystemExit(f"unknown engine {engine!r}")
+    run, _ = connect(engine, hits)
 
     times: dict[str, float | str] = {}
     for name, q in QUERIES.items():
