@@ -7,7 +7,8 @@
 //! `PGCONNECT_TIMEOUT` — then libpq's defaults: the Unix socket directory, port 5432, the OS
 //! user, a database named after the user. Without a password from the string or `PGPASSWORD`,
 //! the password file is read as libpq reads it ([`crate::passfile`]: `passfile=`,
-//! `PGPASSFILE`, `~/.pgpass`). Not supported: service files, TLS.
+//! `PGPASSFILE`, `~/.pgpass`). TLS follows `sslmode` and its files as libpq does
+//! ([`crate::tls`]). Not supported: service files.
 //!
 //! A password is never shown: [`ConnectTarget::describe`] is the only way a target is printed.
 //!
@@ -21,18 +22,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, SslMode as PgSsl};
 use tokio_postgres::{Client, Config, NoTls};
 use tokio_util::either::Either;
 
 use crate::error::{PostgresError, Result};
+use crate::options::{option, take_options};
 use crate::passfile;
 use crate::tap::{CopyTap, TapStream};
+use crate::tls::{self, SslMode, TlsSettings};
 
 /// Where to connect, fully resolved (string, environment, defaults).
 #[derive(Clone)]
 pub struct ConnectTarget {
     config: Config,
+    tls: TlsSettings,
 }
 
 impl std::fmt::Debug for ConnectTarget {
@@ -73,7 +77,11 @@ impl ConnectTarget {
 
     /// Parses `dsn`, filling the gaps from `env` (a test seam for the environment).
     pub fn parse_with_env(dsn: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let (dsn, passfile) = passfile::take_passfile(dsn);
+        let mut known = vec!["passfile"];
+        known.extend(tls::OPTIONS);
+        let (dsn, taken) = take_options(dsn, &known);
+        let passfile = option(&taken, "passfile").map(str::to_string);
+        let tls = TlsSettings::from_options(&taken, &env)?;
         let mut config = if dsn.trim().is_empty() {
             Config::new()
         } else {
@@ -148,7 +156,7 @@ impl ConnectTarget {
                 .unwrap_or(30);
             config.connect_timeout(Duration::from_secs(seconds));
         }
-        Ok(ConnectTarget { config })
+        Ok(ConnectTarget { config, tls })
     }
 
     /// `user@host:port/dbname`, never with the password.
@@ -177,9 +185,13 @@ impl ConnectTarget {
     /// have as "invalid configuration" (the reason is the error's source); say which.
     fn login_message(&self, error: &tokio_postgres::Error) -> String {
         let message = crate::error::server_message(error);
-        let Some(reason) = std::error::Error::source(error).map(|s| s.to_string()) else {
+        let Some(source) = std::error::Error::source(error) else {
             return message;
         };
+        if source.downcast_ref::<tls::HandshakeError>().is_some() {
+            return source.to_string();
+        }
+        let reason = source.to_string();
         if self.config.get_password().is_none() && reason.contains("password") {
             "the server asks for a password and none was given (not in the connection \
              string, PGPASSWORD or a password file that only its owner may read)"
@@ -190,19 +202,63 @@ impl ConnectTarget {
     }
 
     /// Connects; the connection's I/O runs as a task on the current tokio runtime and ends
-    /// when the returned client is dropped.
+    /// when the returned client is dropped. Over TCP, TLS is used as `sslmode` says: `allow`
+    /// tries a plain connection first and TLS when it fails, `prefer` falls back to a plain
+    /// connection when the TLS handshake fails.
     pub async fn connect(&self) -> Result<PgConnection> {
         let connect_error = |message: String| PostgresError::Connect {
             target: self.describe(),
             message,
         };
         let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
+        let mode = match &endpoint {
+            Endpoint::Unix(_) => SslMode::Disable,
+            Endpoint::Tcp(..) => self.tls.mode,
+        };
+        let login = |socket, endpoint, ssl| self.login(socket, endpoint, ssl);
+        let outcome = match mode {
+            SslMode::Disable => login(socket, endpoint, PgSsl::Disable).await,
+            SslMode::Allow => match login(socket, endpoint, PgSsl::Disable).await {
+                Ok(connection) => Ok(connection),
+                Err(_) => {
+                    let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
+                    login(socket, endpoint, PgSsl::Require).await
+                }
+            },
+            SslMode::Prefer => match login(socket, endpoint, PgSsl::Prefer).await {
+                Err(error) if is_handshake_failure(&error) => {
+                    let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
+                    login(socket, endpoint, PgSsl::Disable).await
+                }
+                outcome => outcome,
+            },
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
+                login(socket, endpoint, PgSsl::Require).await
+            }
+        };
+        outcome.map_err(|e| connect_error(self.login_message(&e)))
+    }
+
+    /// Logs in over `socket`, with TLS as `ssl` says.
+    async fn login(
+        &self,
+        socket: Socket,
+        endpoint: Endpoint,
+        ssl: PgSsl,
+    ) -> std::result::Result<PgConnection, tokio_postgres::Error> {
+        let host = match &endpoint {
+            Endpoint::Tcp(host, _) => host.as_str(),
+            Endpoint::Unix(_) => "",
+        };
+        let mut config = self.config.clone();
+        config.ssl_mode(ssl);
         let tap = CopyTap::default();
-        let (client, connection) = self
-            .config
-            .connect_raw(TapStream::new(socket, tap.clone()), NoTls)
-            .await
-            .map_err(|e| connect_error(self.login_message(&e)))?;
+        let (client, connection) = config
+            .connect_raw(
+                TapStream::new(socket, tap.clone()),
+                self.tls.connector(host),
+            )
+            .await?;
         tap.start_framing();
         tokio::spawn(async move {
             // Errors reach the client's pending calls; nothing to do with them here.
@@ -285,6 +341,12 @@ impl DerefMut for PgConnection {
     fn deref_mut(&mut self) -> &mut Client {
         &mut self.client
     }
+}
+
+/// Whether a login failed in the TLS handshake (what `sslmode=prefer` falls back from).
+fn is_handshake_failure(error: &tokio_postgres::Error) -> bool {
+    std::error::Error::source(error)
+        .is_some_and(|source| source.downcast_ref::<tls::HandshakeError>().is_some())
 }
 
 /// A server address: a Unix socket path or a TCP host and port.

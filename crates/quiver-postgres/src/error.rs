@@ -15,6 +15,9 @@ pub enum PostgresError {
     /// The connection string does not parse, or names an option quiver does not support.
     #[error("invalid PostgreSQL connection string: {0}")]
     InvalidDsn(String),
+    /// A TLS setting that cannot be applied (a missing or unreadable certificate or key file).
+    #[error("PostgreSQL TLS settings: {0}")]
+    Tls(String),
     /// The server could not be reached, or refused the login.
     #[error("cannot connect to PostgreSQL at {target}: {message}")]
     Connect { target: String, message: String },
@@ -60,6 +63,7 @@ impl PostgresError {
     pub fn kind(&self) -> PostgresErrorKind {
         match self {
             PostgresError::InvalidDsn(_)
+            | PostgresError::Tls(_)
             | PostgresError::InvalidArgument(_)
             | PostgresError::ReadOnly(_) => PostgresErrorKind::InvalidInput,
             PostgresError::NotFound(_) => PostgresErrorKind::Catalog,

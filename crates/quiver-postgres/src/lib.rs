@@ -19,7 +19,8 @@
 //! * a database can be attached as a catalog ([`attach`]) and written to with binary
 //!   `COPY ... FROM STDIN` in one transaction ([`copy_in`]).
 //!
-//! Connection strings are libpq's, with its PG* environment variables ([`connection`]).
+//! Connection strings are libpq's, with its PG* environment variables ([`connection`]) and its
+//! TLS modes ([`tls`]).
 
 pub mod attach;
 pub mod binary_copy;
@@ -29,6 +30,7 @@ pub mod copy_in;
 pub mod decode;
 pub mod error;
 pub mod functions;
+pub mod options;
 pub mod passfile;
 pub mod pushdown;
 pub mod runtime_filter;
@@ -36,6 +38,7 @@ pub mod scan;
 pub mod snapshot;
 pub mod sql;
 pub mod tap;
+pub mod tls;
 pub mod types;
 
 pub use attach::{attach, AttachOptions, PostgresCatalog};

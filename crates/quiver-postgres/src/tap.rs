@@ -201,6 +201,12 @@ impl<S> TapStream<S> {
         }
     }
 
+    /// The socket and the tap, apart again (to put TLS between them). Only before
+    /// [`CopyTap::start_framing`]: until then nothing is buffered here.
+    pub fn into_parts(self) -> (S, CopyTap) {
+        (self.inner, self.tap)
+    }
+
     /// Sorts `data` into `output` (for tokio-postgres) and `side` (for the tap), keeping an
     /// incomplete message header in `input` for the next read.
     fn sort(&mut self, data: &[u8]) {

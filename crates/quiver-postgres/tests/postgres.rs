@@ -644,6 +644,127 @@ async fn a_password_file_supplies_the_password() {
     assert!(!error.contains("hunter2"), "the password leaked: {error}");
 }
 
+/// Over TCP the cluster accepts only TLS, from `localhost`'s certificate signed by the test CA
+/// (see `common/mod.rs`). Each connection reports whether it is encrypted, and who it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
+    let pg = require_cluster!();
+    let Some(tls) = pg.tls.clone() else {
+        return;
+    };
+    let ctx = context();
+    let file = |name: &str| tls.join(name).display().to_string();
+    let tcp = |host: &str, options: &str| {
+        format!(
+            "host={host} port={} user=postgres dbname=shop {options}",
+            pg.port
+        )
+    };
+    let whoami = |dsn: &str| {
+        format!(
+            "SELECT * FROM postgres_query({}, 'SELECT ssl::text || '' '' || current_user AS who \
+             FROM pg_stat_ssl WHERE pid = pg_backend_pid()')",
+            lit(dsn)
+        )
+    };
+    let who =
+        |batches: Vec<RecordBatch>| batches[0].column(0).as_string::<i32>().value(0).to_string();
+    let root = format!("sslrootcert='{}'", file("ca.crt"));
+    let other_root = format!("sslrootcert='{}'", file("other_ca.crt"));
+
+    // Connections that work: TLS whenever TCP is used, never over the Unix socket.
+    for options in [
+        String::new(), // prefer
+        "sslmode=allow".into(),
+        "sslmode=require".into(),
+        format!("sslmode=verify-ca {root}"),
+        format!("sslmode=verify-full {root}"),
+    ] {
+        let dsn = tcp("localhost", &options);
+        assert_eq!(
+            who(query(&ctx, &whoami(&dsn)).await),
+            "true postgres",
+            "{options}"
+        );
+    }
+    // verify-ca checks the chain only: 127.0.0.1 is not a name on the certificate.
+    let dsn = tcp("127.0.0.1", &format!("sslmode=verify-ca {root}"));
+    assert_eq!(who(query(&ctx, &whoami(&dsn)).await), "true postgres");
+    let dsn = format!("{} sslmode=require", pg.dsn("shop"));
+    assert_eq!(who(query(&ctx, &whoami(&dsn)).await), "false postgres");
+
+    // Connections that must fail, each saying why.
+    for (host, options, expected) in [
+        ("localhost", "sslmode=disable".to_string(), "no encryption"),
+        (
+            "127.0.0.1",
+            format!("sslmode=verify-full {root}"),
+            "not valid for name",
+        ),
+        (
+            "localhost",
+            format!("sslmode=verify-ca {other_root}"),
+            "UnknownIssuer",
+        ),
+        // prefer: the handshake fails on an untrusted certificate, and the plain retry is refused.
+        ("localhost", other_root.clone(), "no encryption"),
+        (
+            "localhost",
+            "sslmode=verify-full sslrootcert=/nonexistent/root.crt".into(),
+            "does not exist",
+        ),
+        ("localhost", "sslmode=sometimes".into(), "is not one of"),
+    ] {
+        let error = query_err(&ctx, &whoami(&tcp(host, &options))).await;
+        assert!(error.contains(expected), "{host} {options}: {error}");
+    }
+
+    // A password login (SCRAM, without channel binding) and a client-certificate login.
+    let dsn = format!(
+        "host=localhost port={} user=secret_user password=hunter2-secret dbname=shop",
+        pg.port
+    );
+    assert_eq!(who(query(&ctx, &whoami(&dsn)).await), "true secret_user");
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("client.key");
+    std::fs::copy(tls.join("client.key"), &key).unwrap();
+    let certificate = |user: &str| {
+        format!(
+            "host=localhost port={} user={user} dbname=shop sslmode=verify-full {root} \
+             sslcert='{}' sslkey='{}'",
+            pg.port,
+            file("client.crt"),
+            key.display()
+        )
+    };
+    assert_eq!(
+        who(query(&ctx, &whoami(&certificate("cert_user"))).await),
+        "true cert_user"
+    );
+    let error = query_err(&ctx, &whoami(&tcp("localhost", "user=cert_user"))).await;
+    assert!(error.contains("certificate"), "{error}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let error = query_err(&ctx, &whoami(&certificate("cert_user"))).await;
+    assert!(error.contains("group or world access"), "{error}");
+
+    // A parallel scan over TLS reads what the Unix socket reads: COPY data is taken off above
+    // the TLS layer.
+    let scan = |dsn: &str| {
+        format!(
+            "SELECT count(*), sum(length(payload)) FROM postgres_scan({}, 'public', 'wide', \
+             named_struct('connections', 2), named_struct('pages_per_task', 500))",
+            lit(dsn)
+        )
+    };
+    let over_tls = count_and_sum(&query(&ctx, &scan(&tcp("localhost", "sslmode=require"))).await);
+    let over_socket = count_and_sum(&query(&ctx, &scan(&pg.dsn("shop"))).await);
+    assert_eq!(over_tls, over_socket);
+    assert_eq!(over_tls, "100000|64000000");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_terminated_backend_is_an_error_not_a_short_result() {
     let pg = require_cluster!();

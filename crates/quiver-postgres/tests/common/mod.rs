@@ -1,7 +1,12 @@
 //! A private PostgreSQL cluster for tests: `initdb` into a temp dir, started on a Unix socket in
-//! that dir (no TCP), `trust` auth for everyone except the role `secret_user`, whose password
-//! is checked (for the authentication-failure test). The fixture database `shop` is built by
+//! that dir, `trust` auth for everyone except the role `secret_user`, whose password is checked
+//! (for the authentication-failure test). The fixture database `shop` is built by
 //! `tests/fixtures/shop.sql`.
+//!
+//! The same port also listens on 127.0.0.1 for TLS only (`hostnossl` is rejected), with a
+//! server certificate for `localhost` from a test CA made with the `openssl` tool; the role
+//! `cert_user` logs in there by client certificate. Without `openssl` the cluster has no TCP
+//! listener and the TLS test is skipped loudly (a failure under `CI=true`).
 //!
 //! One cluster per test binary, started by the first test that asks. A watchdog process stops
 //! it and deletes its directory when the test process exits, however it exits.
@@ -21,6 +26,8 @@ pub struct PgCluster {
     pub port: u16,
     bin: PathBuf,
     as_root: bool,
+    /// The test CA, server and client certificates (`tls/`), when `openssl` made them.
+    pub tls: Option<PathBuf>,
 }
 
 const FIXTURE: &str = include_str!("../fixtures/shop.sql");
@@ -60,6 +67,89 @@ fn find_bin_dir() -> Option<PathBuf> {
         .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
 }
 
+/// A test CA, a server certificate for `localhost` (its only name: `127.0.0.1` is not one), a
+/// client certificate for `cert_user`, and a second CA that signed none of them; `None`
+/// without the `openssl` tool.
+fn make_certificates(dir: &Path) -> Option<PathBuf> {
+    let openssl_runs = Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !openssl_runs {
+        if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+            panic!("CI=true but no openssl tool to make the TLS test's certificates");
+        }
+        eprintln!("\n*** no openssl tool: the PostgreSQL TLS test is skipped ***\n");
+        return None;
+    }
+    std::fs::create_dir_all(dir).expect("tls dir");
+    let run = |args: &[&str]| {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            output.status.success(),
+            "openssl {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for ca in ["ca", "other_ca"] {
+        let (key, crt) = (format!("{ca}.key"), format!("{ca}.crt"));
+        let subject = format!("/CN=quiver test {ca}");
+        let mut args = vec!["req", "-x509", "-days", "3650", "-subj", &subject];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-out", &crt]);
+        run(&args);
+    }
+    // Extensions make version 3 certificates, the only version rustls accepts.
+    std::fs::write(dir.join("server.ext"), "subjectAltName=DNS:localhost\n").expect("ext");
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+    for (name, subject) in [("server", "/CN=localhost"), ("client", "/CN=cert_user")] {
+        let (key, csr, crt, ext) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.ext"),
+        );
+        let mut args = vec!["req", "-subj", subject];
+        args.extend(ec);
+        args.extend(["-keyout", &key, "-out", &csr]);
+        run(&args);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-days",
+            "3650",
+            "-CAcreateserial",
+            "-extfile",
+            &ext,
+            "-out",
+            &crt,
+        ]);
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for key in ["server.key", "client.key"] {
+        std::fs::set_permissions(dir.join(key), std::fs::Permissions::from_mode(0o600))
+            .expect("key permissions");
+    }
+    Some(dir.to_path_buf())
+}
+
 fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -83,11 +173,13 @@ impl PgCluster {
             .tempdir()
             .expect("temp dir")
             .keep();
+        let tls = make_certificates(&dir.join("tls"));
         let cluster = PgCluster {
             dir,
             port: free_port(),
             bin,
             as_root,
+            tls,
         };
         if as_root {
             let status = Command::new("chown")
@@ -116,11 +208,23 @@ impl PgCluster {
         );
         std::fs::write(
             data.join("pg_hba.conf"),
-            "local all secret_user scram-sha-256\nlocal all all trust\n",
+            "local all secret_user scram-sha-256\nlocal all all trust\n\
+             hostnossl all all 127.0.0.1/32 reject\n\
+             hostssl all secret_user 127.0.0.1/32 scram-sha-256\n\
+             hostssl all cert_user 127.0.0.1/32 cert\n\
+             hostssl all all 127.0.0.1/32 trust\n",
         )
         .expect("pg_hba.conf");
+        let listen = match &cluster.tls {
+            Some(tls) => format!(
+                "-c listen_addresses=127.0.0.1 -c ssl=on -c ssl_cert_file={0}/server.crt \
+                 -c ssl_key_file={0}/server.key -c ssl_ca_file={0}/ca.crt",
+                tls.display()
+            ),
+            None => "-c listen_addresses=''".to_string(),
+        };
         let options = format!(
-            "-p {} -k {} -c listen_addresses='' -c fsync=off -c synchronous_commit=off \
+            "-p {} -k {} {listen} -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=200",
             cluster.port,
             cluster.dir.display()
@@ -140,6 +244,7 @@ impl PgCluster {
             ],
         );
         cluster.psql("postgres", "CREATE DATABASE shop");
+        cluster.psql("postgres", "CREATE ROLE cert_user LOGIN");
         cluster.psql_script("shop", FIXTURE);
         cluster
     }

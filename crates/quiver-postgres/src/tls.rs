@@ -1,0 +1,526 @@
+//! TLS to the server, as libpq's `sslmode` asks for it.
+//!
+//! | `sslmode` | TLS | the server's certificate |
+//! |---|---|---|
+//! | `disable` | never | — |
+//! | `allow` | only when a plain connection fails | as for `prefer` |
+//! | `prefer` (the default) | when the server offers it; a failed handshake falls back to plain | checked against the root certificates when a root file exists, else not |
+//! | `require` | always | as for `prefer` |
+//! | `verify-ca` | always | signed by a root certificate |
+//! | `verify-full` | always | signed by a root certificate and issued for the host name |
+//!
+//! The root certificates come from `sslrootcert` (or `PGSSLROOTCERT`), else
+//! `~/.postgresql/root.crt`; `sslrootcert=system` takes the operating system's and makes
+//! `verify-full` the default, a weaker mode being an error (libpq 16's rule). A client
+//! certificate comes from `sslcert` / `sslkey` (`PGSSLCERT` / `PGSSLKEY`), else
+//! `~/.postgresql/postgresql.crt` and `postgresql.key` when present; as in libpq, the key file
+//! may not be readable by group or others (a root-owned one by others). Unix sockets never use
+//! TLS: libpq ignores `sslmode` there, and so does quiver. `sslnegotiation=direct` (PostgreSQL
+//! 17) is passed to tokio-postgres, which supports it.
+//!
+//! The handshake is rustls's (with the ring provider), done under the tap: the TLS stream is
+//! wrapped in [`TapStream`], so COPY data is still taken off in plaintext chunks.
+//!
+//! Not supported: channel binding (plain SCRAM is used, so `channel_binding=require` fails),
+//! certificate revocation lists (`sslcrl`), keys protected by `sslpassword`. Cancel requests go
+//! in plain text, which the server accepts whatever `pg_hba.conf` says.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use tokio_postgres::tls::{ChannelBinding, TlsConnect};
+
+use crate::connection::Socket;
+use crate::error::{PostgresError, Result};
+use crate::options::option;
+use crate::tap::TapStream;
+
+/// The connection-string options this module reads (taken out before tokio-postgres parses the
+/// string: it knows only three of the six modes, and none of the files).
+pub const OPTIONS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
+
+/// libpq's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Allow,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(text: &str) -> Result<Self> {
+        Ok(match text {
+            "disable" => SslMode::Disable,
+            "allow" => SslMode::Allow,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => {
+                return Err(PostgresError::InvalidDsn(format!(
+                    "sslmode \"{text}\" is not one of disable, allow, prefer, require, \
+                     verify-ca, verify-full"
+                )))
+            }
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+
+    fn verifies(self) -> bool {
+        matches!(self, SslMode::VerifyCa | SslMode::VerifyFull)
+    }
+}
+
+/// How a connection does TLS: the mode, and the rustls configuration unless it is `disable`.
+#[derive(Clone)]
+pub struct TlsSettings {
+    pub mode: SslMode,
+    config: Option<Arc<ClientConfig>>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TlsSettings({})", self.mode.name())
+    }
+}
+
+impl TlsSettings {
+    /// The settings from the options taken out of a connection string, then the environment
+    /// (`PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`, `HOME`), then libpq's defaults.
+    /// Certificate and key files are read here, so a bad one is reported before connecting.
+    pub fn from_options(
+        options: &[(String, String)],
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let setting = |name: &str, variable: &str| {
+            option(options, name)
+                .map(str::to_string)
+                .or_else(|| env(variable))
+                .filter(|value| !value.is_empty())
+        };
+        let root = setting("sslrootcert", "PGSSLROOTCERT");
+        let system = root.as_deref() == Some("system");
+        let mode = match setting("sslmode", "PGSSLMODE") {
+            Some(text) => SslMode::parse(&text)?,
+            None if system => SslMode::VerifyFull,
+            None => SslMode::Prefer,
+        };
+        if system && mode != SslMode::VerifyFull {
+            return Err(PostgresError::InvalidDsn(format!(
+                "weak sslmode \"{}\" may not be used with sslrootcert=system (use \"verify-full\")",
+                mode.name()
+            )));
+        }
+        if mode == SslMode::Disable {
+            return Ok(TlsSettings { mode, config: None });
+        }
+        let home = env("HOME")
+            .filter(|home| !home.is_empty())
+            .map(PathBuf::from);
+        let in_home = |file: &str| {
+            home.as_ref()
+                .map(|home| home.join(".postgresql").join(file))
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+
+        let roots = if system {
+            Some(system_roots()?)
+        } else {
+            match root.map(PathBuf::from).or_else(|| in_home("root.crt")) {
+                Some(path) if path.exists() => Some(read_roots(&path)?),
+                Some(path) if mode.verifies() => {
+                    return Err(tls_error(format!(
+                        "root certificate file \"{}\" does not exist; either provide the file, \
+                         use the system's trusted roots with sslrootcert=system, or change \
+                         sslmode to disable server certificate verification",
+                        path.display()
+                    )))
+                }
+                None if mode.verifies() => {
+                    return Err(tls_error(format!(
+                        "sslmode={} needs root certificates: set sslrootcert (HOME is unset, so \
+                         there is no ~/.postgresql/root.crt)",
+                        mode.name()
+                    )))
+                }
+                _ => None,
+            }
+        };
+        let verifier: Arc<dyn ServerCertVerifier> = match roots {
+            Some(roots) => {
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|e| tls_error(format!("root certificates: {e}")))?;
+                if mode == SslMode::VerifyFull {
+                    webpki
+                } else {
+                    Arc::new(ChainOnly(webpki))
+                }
+            }
+            None => Arc::new(AnyCertificate(provider.clone())),
+        };
+
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_error(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let cert = setting("sslcert", "PGSSLCERT")
+            .map(PathBuf::from)
+            .or_else(|| in_home("postgresql.crt"));
+        let config = match cert.filter(|path| path.exists()) {
+            Some(cert) => {
+                let key = setting("sslkey", "PGSSLKEY")
+                    .map(PathBuf::from)
+                    .or_else(|| in_home("postgresql.key"))
+                    .filter(|path| path.exists())
+                    .ok_or_else(|| {
+                        tls_error(format!(
+                            "certificate \"{}\" present, but no private key file (sslkey)",
+                            cert.display()
+                        ))
+                    })?;
+                let chain = read_certificates(&cert, "client certificate")?;
+                let key = read_key(&key)?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| tls_error(format!("client certificate: {e}")))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        Ok(TlsSettings {
+            mode,
+            config: Some(Arc::new(config)),
+        })
+    }
+
+    /// The connector for a TCP connection to `host`.
+    pub(crate) fn connector(&self, host: &str) -> Connector {
+        Connector {
+            config: self.config.clone(),
+            host: host.to_string(),
+        }
+    }
+}
+
+fn tls_error(message: String) -> PostgresError {
+    PostgresError::Tls(message)
+}
+
+fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let certificates = CertificateDer::pem_file_iter(path)
+        .and_then(|certificates| certificates.collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| tls_error(format!("{what} file \"{}\": {e}", path.display())))?;
+    if certificates.is_empty() {
+        return Err(tls_error(format!(
+            "{what} file \"{}\" holds no PEM certificate",
+            path.display()
+        )));
+    }
+    Ok(certificates)
+}
+
+fn read_roots(path: &Path) -> Result<RootCertStore> {
+    let mut roots = RootCertStore::empty();
+    for certificate in read_certificates(path, "root certificate")? {
+        roots
+            .add(certificate)
+            .map_err(|e| tls_error(format!("root certificate file \"{}\": {e}", path.display())))?;
+    }
+    Ok(roots)
+}
+
+fn system_roots() -> Result<RootCertStore> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        return Err(tls_error(format!(
+            "sslrootcert=system, but no trusted root certificate was found on this system{why}"
+        )));
+    }
+    Ok(roots)
+}
+
+/// The private key at `path`, refused (as libpq refuses it) when group or others may read it;
+/// a key owned by root may be readable by its group.
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = std::fs::metadata(path)
+            .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))?;
+        let allowed = if metadata.uid() == 0 { 0o640 } else { 0o600 };
+        if metadata.mode() & 0o777 & !allowed != 0 {
+            return Err(tls_error(format!(
+                "private key file \"{}\" has group or world access; it must be u=rw (0600) or \
+                 less if owned by the current user, or u=rw,g=r (0640) or less if owned by root",
+                path.display()
+            )));
+        }
+    }
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))
+}
+
+/// Accepts any server certificate, but still checks that the server holds its key (the
+/// handshake signatures): `prefer` and `require` without a root file.
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Checks the certificate chain against the roots but not the name it was issued for
+/// (`verify-ca`, and weaker modes when a root file exists).
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        // webpki checks the name after the chain: a name error means the chain is good.
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// A TLS connection to the server, with the tap above it.
+pub type TlsSocket = Box<tokio_rustls::client::TlsStream<Socket>>;
+
+/// A failed TLS handshake (what `prefer` falls back from).
+#[derive(Debug, thiserror::Error)]
+#[error("TLS handshake with {host} failed: {source}")]
+pub struct HandshakeError {
+    host: String,
+    #[source]
+    source: std::io::Error,
+}
+
+/// What tokio-postgres calls, after the server agreed to TLS, to wrap the socket: the tap is
+/// taken off the plain socket and put back on top of the TLS stream.
+#[derive(Debug)]
+pub struct Connector {
+    config: Option<Arc<ClientConfig>>,
+    host: String,
+}
+
+impl TlsConnect<TapStream<Socket>> for Connector {
+    type Stream = TapStream<TlsSocket>;
+    type Error = HandshakeError;
+    type Future =
+        Pin<Box<dyn Future<Output = std::result::Result<Self::Stream, HandshakeError>> + Send>>;
+
+    fn connect(self, stream: TapStream<Socket>) -> Self::Future {
+        Box::pin(async move {
+            let failed = |source: std::io::Error| HandshakeError {
+                host: self.host.clone(),
+                source,
+            };
+            let config = self
+                .config
+                .clone()
+                .ok_or_else(|| failed(std::io::Error::other("TLS is disabled (sslmode)")))?;
+            let name = ServerName::try_from(self.host.clone())
+                .map_err(|e| failed(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+            let (socket, tap) = stream.into_parts();
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, socket)
+                .await
+                .map_err(failed)?;
+            Ok(TapStream::new(Box::new(tls), tap))
+        })
+    }
+}
+
+impl tokio_postgres::tls::TlsStream for TapStream<TlsSocket> {
+    fn channel_binding(&self) -> ChannelBinding {
+        ChannelBinding::none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(options: &[(&str, &str)], env: &[(&str, &str)]) -> Result<TlsSettings> {
+        let options: Vec<(String, String)> = options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        TlsSettings::from_options(&options, &|name: &str| {
+            env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn modes_come_from_the_string_then_the_environment() {
+        let empty_home = tempfile::tempdir().unwrap();
+        let home = empty_home.path().to_str().unwrap();
+        assert_eq!(
+            settings(&[], &[("HOME", home)]).unwrap().mode,
+            SslMode::Prefer
+        );
+        let from_env = settings(&[], &[("HOME", home), ("PGSSLMODE", "require")]).unwrap();
+        assert_eq!(from_env.mode, SslMode::Require);
+        let both = settings(
+            &[("sslmode", "disable")],
+            &[("HOME", home), ("PGSSLMODE", "require")],
+        )
+        .unwrap();
+        assert_eq!(both.mode, SslMode::Disable);
+        assert!(both.config.is_none());
+        let error = settings(&[("sslmode", "maybe")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("\"maybe\" is not one of"), "{error}");
+    }
+
+    #[test]
+    fn verifying_modes_need_a_root_file_and_system_roots_need_verify_full() {
+        let empty_home = tempfile::tempdir().unwrap();
+        let home = empty_home.path().to_str().unwrap();
+        let error = settings(&[("sslmode", "verify-ca")], &[("HOME", home)])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("root.crt\" does not exist"), "{error}");
+        let error = settings(
+            &[("sslmode", "require"), ("sslrootcert", "system")],
+            &[("HOME", home)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("weak sslmode \"require\""), "{error}");
+        // A root file named but missing is fine when nothing is verified.
+        let lax = settings(
+            &[
+                ("sslmode", "require"),
+                ("sslrootcert", "/nonexistent/root.crt"),
+            ],
+            &[],
+        );
+        assert!(lax.is_ok());
+        let garbage = empty_home.path().join("garbage.crt");
+        std::fs::write(&garbage, "not a certificate").unwrap();
+        let error = settings(
+            &[
+                ("sslmode", "verify-full"),
+                ("sslrootcert", garbage.to_str().unwrap()),
+            ],
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("holds no PEM certificate"), "{error}");
+    }
+}
