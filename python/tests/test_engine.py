@@ -268,3 +268,32 @@ def test_bad_objects_in_rows_a_filter_keeps_are_still_errors():
     df = pd.DataFrame({"k": [1, 2, 3], "o": ["x", 5, "z"]})
     with pytest.raises(quiver.ConversionError, match='column "o", row 1'):
         quiver.sql("SELECT o FROM df WHERE k >= 2").fetchall()
+
+
+# --- wide frames: only the named columns are planned ---------------------------------------
+
+
+def test_queries_over_a_wide_frame_see_every_column_they_name():
+    rng = np.random.default_rng(3)
+    columns = {f"Col{i}": rng.integers(0, 100, 1000) for i in range(60)}
+    columns["customer_name"] = [f"c{i % 7}" for i in range(1000)]
+    wide = pd.DataFrame(columns)
+    small = pd.DataFrame({"Col1": np.arange(100), "k": np.arange(100) % 5})
+    expected = wide.groupby("customer_name")["Col3"].sum().sort_index()
+    got = quiver.sql(
+        "SELECT CUSTOMER_NAME AS n, sum(col3) AS s FROM wide GROUP BY 1 ORDER BY 1"
+    ).df()
+    assert got["s"].tolist() == expected.tolist()
+    # A column named only in a subquery, a USING join and a parameter-free HAVING.
+    got = quiver.sql(
+        "SELECT count(*) FROM wide JOIN small USING (Col1) "
+        "WHERE Col2 > (SELECT avg(Col59) FROM wide) HAVING count(*) >= 0"
+    ).fetchone()
+    joined = wide.merge(small, on="Col1")
+    assert got == (int((joined["Col2"] > wide["Col59"].mean()).sum()),)
+    # Wildcards still see every column.
+    assert quiver.sql("SELECT * FROM wide LIMIT 1").df().shape == (1, 61)
+    assert len(quiver.sql("SELECT w.* FROM wide w LIMIT 1").df().columns) == 61
+    # An unknown column is suggested from every column, not only the named ones.
+    with pytest.raises(quiver.CatalogError, match=r"did you mean.*customer_name"):
+        quiver.sql("SELECT customer_nme FROM wide")

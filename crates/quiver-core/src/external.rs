@@ -8,6 +8,7 @@
 //! rewritten to that name, aliased to the name the user wrote. Catalog tables always win over
 //! external ones.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -54,18 +55,30 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct Registrations {
     schema: Option<Arc<dyn SchemaProvider>>,
     names: Vec<String>,
+    /// The statement's words, when its tables are registered narrowed to the columns they
+    /// name ([`crate::narrow`]).
+    narrow: Option<HashSet<String>>,
 }
 
 impl Registrations {
-    pub(crate) fn new(schema: Option<Arc<dyn SchemaProvider>>) -> Self {
+    pub(crate) fn new(
+        schema: Option<Arc<dyn SchemaProvider>>,
+        narrow: Option<HashSet<String>>,
+    ) -> Self {
         Registrations {
             schema,
             names: Vec::new(),
+            narrow,
         }
     }
 
-    /// Registers `provider` under a fresh unique name and returns that name.
+    /// Registers `provider` (narrowed, if this statement's tables are) under a fresh unique
+    /// name and returns that name.
     pub(crate) fn add(&mut self, provider: Arc<dyn TableProvider>) -> Result<String> {
+        let provider = match &self.narrow {
+            Some(words) => crate::narrow::NarrowTable::wrap(provider, words),
+            None => provider,
+        };
         let schema = self
             .schema
             .as_ref()

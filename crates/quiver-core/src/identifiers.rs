@@ -75,7 +75,13 @@ pub(crate) async fn resolve_names(
             match found {
                 Some(provider) => {
                     let unique = registrations.add(Arc::clone(&provider))?;
-                    let catalog = ctx.state().config_options().catalog.default_catalog.clone();
+                    let catalog = ctx
+                        .state_ref()
+                        .read()
+                        .config_options()
+                        .catalog
+                        .default_catalog
+                        .clone();
                     scope.renames.insert(
                         reference.name.to_string(),
                         vec![catalog, EXTERNAL_SCHEMA.to_string(), unique],
@@ -150,6 +156,9 @@ pub(crate) async fn resolve_names(
     }
 
     // Table functions and quoted paths: build the provider to learn the columns.
+    if collector.functions.is_empty() {
+        return apply(statement, &scope);
+    }
     let state = ctx.state();
     for call in &collector.functions {
         let provider: Option<Arc<dyn TableProvider>> = match &call.path {

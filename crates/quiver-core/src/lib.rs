@@ -26,6 +26,7 @@ pub mod format;
 mod identifiers;
 pub mod join_sides;
 pub mod metrics;
+mod narrow;
 pub mod result;
 pub mod session;
 pub mod statement;

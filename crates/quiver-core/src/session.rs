@@ -247,24 +247,25 @@ impl Session {
             inner = rewritten;
         }
         self.refuse_drop_when_read_only(&inner)?;
-        let external_schema = self
-            .ctx
-            .catalog(DEFAULT_CATALOG)
-            .and_then(|catalog| catalog.schema(EXTERNAL_SCHEMA));
+        let external = options.external;
+        let params = options.params;
         // Dropped at the end of this function: the plan holds the providers from then on.
-        let mut registrations = Registrations::new(external_schema);
-        resolve_names(&self.ctx, &mut inner, options.external, &mut registrations).await?;
-        let state = self.ctx.state();
-        let mut plan = state
-            .statement_to_plan(inner)
-            .await
-            .map_err(QuiverError::from)?;
-        if let Some(params) = options.params {
-            plan = plan.with_param_values(params).map_err(QuiverError::from)?;
-        }
-        let plan = quiver_postgres::pushdown::push_joins(plan)
-            .await
-            .map_err(QuiverError::from)?;
+        let (plan, _registrations) = match crate::narrow::query_words(&inner) {
+            Some(words) if external.is_some() => {
+                match self
+                    .plan(inner.clone(), external, params.clone(), Some(words))
+                    .await
+                {
+                    // An unknown column: planned again over whole tables, so that the error
+                    // lists (and suggests from) every column.
+                    Err(QuiverError::Catalog(_)) => {
+                        self.plan(inner, external, params, None).await?
+                    }
+                    outcome => outcome?,
+                }
+            }
+            _ => self.plan(inner, external, params, None).await?,
+        };
         let frame = self
             .ctx
             .execute_logical_plan(plan)
@@ -291,6 +292,35 @@ impl Session {
             statement.format,
             statement.returns_rows(),
         ))
+    }
+
+    /// The logical plan of `statement`, with the external tables it registered (narrowed to
+    /// `narrow`'s words when given), which must outlive planning.
+    async fn plan(
+        &self,
+        mut statement: DFStatement,
+        external: Option<&dyn crate::external::ExternalTables>,
+        params: Option<datafusion::common::ParamValues>,
+        narrow: Option<std::collections::HashSet<String>>,
+    ) -> Result<(datafusion::logical_expr::LogicalPlan, Registrations)> {
+        let external_schema = self
+            .ctx
+            .catalog(DEFAULT_CATALOG)
+            .and_then(|catalog| catalog.schema(EXTERNAL_SCHEMA));
+        let mut registrations = Registrations::new(external_schema, narrow);
+        resolve_names(&self.ctx, &mut statement, external, &mut registrations).await?;
+        let state = self.ctx.state();
+        let mut plan = state
+            .statement_to_plan(statement)
+            .await
+            .map_err(QuiverError::from)?;
+        if let Some(params) = params {
+            plan = plan.with_param_values(params).map_err(QuiverError::from)?;
+        }
+        let plan = quiver_postgres::pushdown::push_joins(plan)
+            .await
+            .map_err(QuiverError::from)?;
+        Ok((plan, registrations))
     }
 
     /// DataFusion turns any error of a schema's `deregister_table` into "doesn't exist" (and
