@@ -1,13 +1,9 @@
 //! ATTACH of a PostgreSQL database, against the private server of quiver-postgres's test
 //! harness.
-// Helpers outside `#[test]` functions (and the shared harness) fail loudly, as tests do.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-use support::run;
+use crate::support::run;
 
-#[path = "../../quiver-postgres/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::Int64Type;

@@ -3,10 +3,8 @@
 //! Its answers must equal stock DataFusion's, which keeps a set of values per group, for every
 //! aggregate it rewrites, NULLs in keys, arguments and distinct values, computed keys, no keys,
 //! no rows and HAVING; and it must leave alone what it cannot rewrite.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-use support::run;
+use crate::support::run;
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;

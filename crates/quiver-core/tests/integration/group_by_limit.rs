@@ -2,10 +2,8 @@
 //! some thread has seen `n` keys, rows of other keys are skipped. Any `n` groups are a correct
 //! answer, but each one must carry its complete aggregates: every returned row is checked
 //! against the same GROUP BY without the LIMIT, over several files, threads and batches.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-use support::run;
+use crate::support::run;
 
 use std::collections::HashMap;
 

@@ -2,10 +2,8 @@
 //! the n-th key, then the wide columns are read only for rows that can win). Its answers must
 //! equal the plain Top-K's for every direction, NULL placement, key type, tie and filter: the
 //! same queries run over an in-memory copy of the data, where the rewrite never applies.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-use support::run;
+use crate::support::run;
 
 use datafusion::arrow::util::pretty::pretty_format_batches;
 use quiver_core::Session;
