@@ -8,7 +8,8 @@
 //! user, a database named after the user. Without a password from the string or `PGPASSWORD`,
 //! the password file is read as libpq reads it ([`crate::passfile`]: `passfile=`,
 //! `PGPASSFILE`, `~/.pgpass`). TLS follows `sslmode` and its files as libpq does
-//! ([`crate::tls`]). Not supported: service files.
+//! ([`crate::tls`]). `service=` (or `PGSERVICE`) reads a section of a service file
+//! ([`crate::service`]), whose values come after the string's and before the environment's.
 //!
 //! A password is never shown: [`ConnectTarget::describe`] is the only way a target is printed.
 //!
@@ -29,6 +30,7 @@ use tokio_util::either::Either;
 use crate::error::{PostgresError, Result};
 use crate::options::{option, take_options};
 use crate::passfile;
+use crate::service;
 use crate::tap::{CopyTap, TapStream};
 use crate::tls::{self, SslMode, TlsSettings};
 
@@ -77,17 +79,27 @@ impl ConnectTarget {
 
     /// Parses `dsn`, filling the gaps from `env` (a test seam for the environment).
     pub fn parse_with_env(dsn: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let mut known = vec!["passfile"];
-        known.extend(tls::OPTIONS);
-        let (dsn, taken) = take_options(dsn, &known);
-        let passfile = option(&taken, "passfile").map(str::to_string);
-        let tls = TlsSettings::from_options(&taken, &env)?;
+        let mut own = vec!["passfile"];
+        own.extend(tls::OPTIONS);
+        let mut known = own.clone();
+        known.push("service");
+        let (dsn, mut taken) = take_options(dsn, &known);
         let mut config = if dsn.trim().is_empty() {
             Config::new()
         } else {
             dsn.parse::<Config>()
                 .map_err(|e| PostgresError::InvalidDsn(redact_parse_error(&e.to_string())))?
         };
+        // A service file's values come after the string's own and before the environment's.
+        let service = option(&taken, "service")
+            .map(str::to_string)
+            .or_else(|| env("PGSERVICE"))
+            .filter(|name| !name.is_empty());
+        if let Some(name) = service {
+            service::apply(service::lookup(&name, &env)?, &mut config, &mut taken, &own)?;
+        }
+        let passfile = option(&taken, "passfile").map(str::to_string);
+        let tls = TlsSettings::from_options(&taken, &env)?;
         if config.get_hosts().is_empty() {
             match env("PGHOST").filter(|h| !h.is_empty()) {
                 Some(hosts) => {
@@ -433,6 +445,33 @@ mod tests {
         .unwrap();
         assert_eq!(target.describe(), "app@db.example:6000/shop");
         assert!(!format!("{target:?}").contains("secret"));
+    }
+
+    #[test]
+    fn a_service_fills_gaps_before_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("services.conf");
+        std::fs::write(
+            &file,
+            "[shop]\nhost=/run/pg\nport=6000\nuser=svc\ndbname=shop\nsslmode=disable\n",
+        )
+        .unwrap();
+        let file = file.display().to_string();
+        let vars = [
+            ("PGSERVICEFILE", file.as_str()),
+            ("PGUSER", "from_env"),
+            ("PGPORT", "7777"),
+        ];
+        let target = ConnectTarget::parse_with_env("service=shop dbname=mine", env(&vars)).unwrap();
+        assert_eq!(target.describe(), "svc@/run/pg:6000/mine");
+        assert_eq!(target.tls.mode, SslMode::Disable);
+        let with_env_service = [vars[0], ("PGSERVICE", "shop")];
+        let target = ConnectTarget::parse_with_env("", env(&with_env_service)).unwrap();
+        assert_eq!(target.describe(), "svc@/run/pg:6000/shop");
+        let error = ConnectTarget::parse_with_env("service=nope", env(&vars))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("service \"nope\" not found"), "{error}");
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod passfile;
 pub mod pushdown;
 pub mod runtime_filter;
 pub mod scan;
+pub mod service;
 pub mod snapshot;
 pub mod sql;
 pub mod tap;
