@@ -82,8 +82,10 @@ postgres: ## Install PostgreSQL (Debian's package) if no initdb is found; the sc
 	else echo "PostgreSQL not found and no apt-get: install it (the Postgres tests fail under CI=true)"; fi
 
 .PHONY: test-rust
+# Not --all-targets: it would build the targets marked `test = false` as empty test binaries,
+# each linking all of DataFusion.
 test-rust: postgres ## Rust unit tests, CLI tests and the .slt golden files
-	$(CARGO) test --profile $(PROFILE) --workspace --all-targets
+	$(CARGO) test --profile $(PROFILE) --workspace
 
 .PHONY: slt
 slt: ## Only the .slt golden files (FILTER=name to pick some)
