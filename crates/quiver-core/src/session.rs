@@ -129,8 +129,9 @@ impl Session {
             after_join_selection,
             Arc::new(crate::join_sides::RowCountJoinSides),
         );
-        // Mixed DISTINCT aggregates become two GROUP BYs just before DataFusion does the same
-        // for the cases it covers.
+        // Just before DataFusion turns DISTINCT aggregates into two GROUP BYs: an integer
+        // COUNT(DISTINCT) under a GROUP BY becomes one table of (group, value) pairs, and the
+        // mixed string cases become two GROUP BYs as well.
         let mut logical_rules = Optimizer::new().rules;
         let before_single_distinct = logical_rules
             .iter()
@@ -139,6 +140,10 @@ impl Session {
         logical_rules.insert(
             before_single_distinct,
             Arc::new(crate::distinct_groups::MixedDistinctToGroupBy),
+        );
+        logical_rules.insert(
+            before_single_distinct,
+            Arc::new(crate::distinct_groups::DistinctCountSets),
         );
         let state = SessionStateBuilder::new()
             .with_config(config)

@@ -20,6 +20,7 @@
 
 pub mod aggregates;
 pub mod cityhash;
+pub mod distinct_count;
 pub mod numbers;
 pub mod scalars;
 pub mod uniq;
