@@ -474,6 +474,9 @@ impl GroupsAccumulator for DistinctCountGroups {
         let [array] = values else {
             return exec_err!("{NAME} takes one argument, got {}", values.len());
         };
+        if array.len() > i32::MAX as usize {
+            return exec_err!("{NAME}: a batch of {} rows", array.len());
+        }
         // One list per row: its value, or nothing when it is NULL or filtered out.
         let mut patterns_of_rows = Vec::with_capacity(array.len());
         patterns(array, &mut patterns_of_rows)?;

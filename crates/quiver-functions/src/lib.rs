@@ -14,6 +14,9 @@
 //!   `replaceRegexpAll`, `domain`, ...) ([`scalars`], [`url`]);
 //! * `cityHash64` with ClickHouse's exact outputs ([`cityhash`]).
 //!
+//! Not registered, but used by quiver-core's optimizer: [`distinct_count`], the grouped
+//! accumulator that replaces `count(DISTINCT x)` of an integer under a GROUP BY.
+//!
 //! ClickHouse users write camelCase (`toYear`); DataFusion lowercases unquoted function names,
 //! so every function is registered under its ClickHouse spelling (shown in column names) with
 //! the lowercase spelling as an alias.
