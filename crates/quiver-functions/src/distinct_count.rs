@@ -30,6 +30,8 @@ use datafusion::logical_expr::{
 };
 use hashbrown::hash_table::{Entry, HashTable};
 
+use crate::group_zero::GroupZero;
+
 /// The name the aggregate shows in logical plans.
 pub const NAME: &str = "distinct_count";
 
@@ -513,25 +515,12 @@ impl GroupsAccumulator for DistinctCountGroups {
 #[derive(Debug, Default)]
 struct DistinctCountAccumulator {
     inner: DistinctCountGroups,
-    zeros: Vec<usize>,
-}
-
-impl DistinctCountAccumulator {
-    fn zeros(&mut self, n: usize) -> Vec<usize> {
-        let mut zeros = std::mem::take(&mut self.zeros);
-        zeros.clear();
-        zeros.resize(n, 0);
-        zeros
-    }
+    zeros: GroupZero,
 }
 
 impl Accumulator for DistinctCountAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let n = values.first().map_or(0, |a| a.len());
-        let zeros = self.zeros(n);
-        let result = self.inner.update_batch(values, &zeros, None, 1);
-        self.zeros = zeros;
-        result
+        self.zeros.update(&mut self.inner, values)
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
@@ -542,7 +531,7 @@ impl Accumulator for DistinctCountAccumulator {
     }
 
     fn size(&self) -> usize {
-        self.inner.size() + self.zeros.capacity() * std::mem::size_of::<usize>()
+        self.inner.size() + self.zeros.size()
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
@@ -558,11 +547,7 @@ impl Accumulator for DistinctCountAccumulator {
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        let n = states.first().map_or(0, |a| a.len());
-        let zeros = self.zeros(n);
-        let result = self.inner.merge_batch(states, &zeros, 1);
-        self.zeros = zeros;
-        result
+        self.zeros.merge(&mut self.inner, states)
     }
 }
 

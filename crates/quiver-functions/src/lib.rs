@@ -24,6 +24,7 @@
 pub mod aggregates;
 pub mod cityhash;
 pub mod distinct_count;
+mod group_zero;
 pub mod numbers;
 pub mod scalars;
 pub mod uniq;

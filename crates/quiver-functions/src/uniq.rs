@@ -38,6 +38,8 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
 
+use crate::group_zero::GroupZero;
+
 /// log2 of the number of HyperLogLog registers per group.
 pub const PRECISION: u32 = 14;
 const REGISTERS: usize = 1 << PRECISION;
@@ -528,25 +530,12 @@ impl GroupsAccumulator for UniqGroupsAccumulator {
 #[derive(Debug, Default)]
 struct UniqAccumulator {
     inner: UniqGroupsAccumulator,
-    zeros: Vec<usize>,
-}
-
-impl UniqAccumulator {
-    fn zeros(&mut self, n: usize) -> Vec<usize> {
-        let mut zeros = std::mem::take(&mut self.zeros);
-        zeros.clear();
-        zeros.resize(n, 0);
-        zeros
-    }
+    zeros: GroupZero,
 }
 
 impl Accumulator for UniqAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        let n = values.first().map_or(0, |a| a.len());
-        let zeros = self.zeros(n);
-        let result = self.inner.update_batch(values, &zeros, None, 1);
-        self.zeros = zeros;
-        result
+        self.zeros.update(&mut self.inner, values)
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
@@ -555,7 +544,7 @@ impl Accumulator for UniqAccumulator {
     }
 
     fn size(&self) -> usize {
-        self.inner.size() + self.zeros.capacity() * 8
+        self.inner.size() + self.zeros.size()
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
@@ -569,11 +558,7 @@ impl Accumulator for UniqAccumulator {
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        let n = states.first().map_or(0, |a| a.len());
-        let zeros = self.zeros(n);
-        let result = self.inner.merge_batch(states, &zeros, 1);
-        self.zeros = zeros;
-        result
+        self.zeros.merge(&mut self.inner, states)
     }
 }
 
