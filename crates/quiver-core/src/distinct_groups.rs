@@ -94,11 +94,7 @@ impl OptimizerRule for MixedDistinctToGroupBy {
 
 /// The aggregate's parts and its distinct argument, when the rule applies to it.
 fn classify(aggregate: &Aggregate) -> Result<Option<(Vec<Kind>, Expr)>> {
-    if aggregate
-        .group_expr
-        .iter()
-        .any(|expr| matches!(expr, Expr::GroupingSet(_)))
-    {
+    if has_grouping_sets(aggregate) {
         return Ok(None);
     }
     let mut kinds = Vec::with_capacity(aggregate.aggr_expr.len());
@@ -160,6 +156,10 @@ fn classify(aggregate: &Aggregate) -> Result<Option<(Vec<Kind>, Expr)>> {
     } else {
         Ok(None)
     }
+}
+
+fn has_grouping_sets(aggregate: &Aggregate) -> bool {
+    (aggregate.group_expr.iter()).any(|expr| matches!(expr, Expr::GroupingSet(_)))
 }
 
 /// The expression under any aliases (the optimizer's simplifications alias an aggregate they
@@ -323,12 +323,7 @@ impl OptimizerRule for DistinctCountSets {
         let LogicalPlan::Aggregate(aggregate) = &plan else {
             return Ok(Transformed::no(plan));
         };
-        if aggregate.group_expr.is_empty()
-            || aggregate
-                .group_expr
-                .iter()
-                .any(|expr| matches!(expr, Expr::GroupingSet(_)))
-        {
+        if aggregate.group_expr.is_empty() || has_grouping_sets(aggregate) {
             return Ok(Transformed::no(plan));
         }
         let keys = aggregate.group_expr.len();
