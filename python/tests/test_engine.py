@@ -198,6 +198,44 @@ def test_pushed_filters_match_pandas():
     assert quiver.sql("SELECT count(*) FROM df WHERE a >= 0").fetchone() == (len(df),)
 
 
+def test_and_chain_reads_later_columns_for_passing_rows_with_their_nulls():
+    # A selective first conjunct, then conjuncts on columns whose NULLs are NaT, NaN or a
+    # pandas mask: those columns are read only for the rows still passing, and must keep
+    # their NULLs there (NaT is the smallest int64, so losing it would pass `t <= ...`).
+    rows = 200_000
+    rng = np.random.default_rng(11)
+    t = pd.Series(pd.to_datetime(rng.integers(0, 10**6, rows), unit="s"))
+    t[::3] = pd.NaT
+    f = pd.Series(rng.random(rows))
+    f[1::4] = np.nan
+    m = pd.array(rng.integers(0, 5, rows), dtype="Int64")
+    m[2::5] = pd.NA
+    k = rng.integers(0, 20, rows)
+    s = pd.Series([f"s{i % 7}" for i in range(rows)], dtype="str")
+    df = pd.DataFrame({"k": k, "t": t, "f": f, "m": m, "s": s})
+    cut = pd.Timestamp(500_000, unit="s")
+    where = "k = 3 AND t <= TIMESTAMP '1970-01-06 18:53:20' AND f < 0.9 AND m <> 1 AND s <> 's2'"
+    keep = (
+        (df["k"] == 3)
+        & (df["t"] <= cut).fillna(False)
+        & (df["f"] < 0.9).fillna(False)
+        & (df["m"] != 1).fillna(False)
+        & (df["s"] != "s2")
+    )
+    assert quiver.sql(f"SELECT count(*) FROM df WHERE {where}").fetchone() == (int(keep.sum()),)
+    got = quiver.sql(f"SELECT t, f, m FROM df WHERE {where} ORDER BY t, f").df()
+    want = df.loc[keep, ["t", "f", "m"]].sort_values(["t", "f"])
+    assert got["t"].tolist() == want["t"].tolist()
+    assert got["f"].tolist() == want["f"].tolist()
+    assert got["m"].tolist() == want["m"].astype(int).tolist()
+    # The same columns returned where NULL is kept: NaT and NaN still read as NULL.
+    nulls = quiver.sql(
+        "SELECT count(*) - count(t), count(*) - count(f) FROM df WHERE k = 3 AND m <> 1"
+    ).fetchone()
+    chosen = (df["k"] == 3) & (df["m"] != 1).fillna(False)
+    assert nulls == (int(df.loc[chosen, "t"].isna().sum()), int(df.loc[chosen, "f"].isna().sum()))
+
+
 def test_pushed_filter_with_limit_and_parameters():
     df = _frame()
     rows = quiver.sql("SELECT a FROM df WHERE a % 2 = 1 LIMIT 5").fetchall()

@@ -7,19 +7,24 @@
 //! five times per batch, and with a match rate of 12% spread over the batch the scatter alone
 //! was 10–20% of the query.
 //!
-//! [`ConjunctionExpr`] evaluates the conjuncts in order over a batch of only the columns they
-//! read. After each one it either keeps a mask (most rows still pass) or compacts the batch to
-//! the passing rows (few do), so later conjuncts see fewer rows, and the row numbers that pass
-//! are mapped back to the batch once, at the end. NULL counts as false, so it only replaces a
-//! filter's predicate ([`ConjunctionFilterRule`]), where that is already the rule.
+//! [`ConjunctionExpr`] evaluates the conjuncts in order. After each one it either keeps a mask
+//! (most rows still pass) or narrows the rows in the running to those that passed (few do), so
+//! later conjuncts see fewer rows, and the answer is one mask over the batch at the end. A
+//! column is read when the first conjunct that needs it runs, for the rows still in the running
+//! only: a scan that evaluates the predicate itself ([`ConjunctionExpr::evaluate_lazily`])
+//! never reads, or checks for NULLs, the rows an earlier conjunct rejected. NULL counts as
+//! false, so it only replaces a filter's predicate ([`ConjunctionFilterRule`]), where that is
+//! already the rule.
 
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
-use datafusion::arrow::buffer::{BooleanBuffer, MutableBuffer};
-use datafusion::arrow::compute::{filter, prep_null_mask_filter};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions,
+};
+use datafusion::arrow::buffer::BooleanBuffer;
+use datafusion::arrow::compute::{prep_null_mask_filter, FilterBuilder, FilterPredicate};
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -77,10 +82,16 @@ impl PhysicalOptimizerRule for ConjunctionFilterRule {
 pub struct ConjunctionExpr {
     /// The conjuncts as written, over the filter's input.
     conjuncts: Vec<Arc<dyn PhysicalExpr>>,
-    /// The same, renumbered over `columns`.
-    narrow: Vec<Arc<dyn PhysicalExpr>>,
-    /// The input columns any conjunct reads, ascending.
-    columns: Vec<usize>,
+    /// The same, each renumbered over only the columns it reads.
+    stages: Vec<Stage>,
+}
+
+#[derive(Debug, Clone)]
+struct Stage {
+    /// The input columns this conjunct reads, ascending.
+    reads: Vec<usize>,
+    /// The conjunct renumbered over `reads`.
+    expr: Arc<dyn PhysicalExpr>,
 }
 
 impl PartialEq for ConjunctionExpr {
@@ -108,22 +119,189 @@ impl ConjunctionExpr {
     }
 
     fn from_conjuncts(conjuncts: Vec<Arc<dyn PhysicalExpr>>) -> Result<Self> {
-        let mut columns: Vec<usize> = conjuncts
+        let stages = conjuncts
             .iter()
-            .flat_map(|c| collect_columns(c).into_iter().map(|c| c.index()))
+            .map(|conjunct| {
+                let mut reads: Vec<usize> = collect_columns(conjunct)
+                    .into_iter()
+                    .map(|c| c.index())
+                    .collect();
+                reads.sort_unstable();
+                reads.dedup();
+                Ok(Stage {
+                    expr: renumber(conjunct, &reads)?,
+                    reads,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ConjunctionExpr { conjuncts, stages })
+    }
+
+    /// The rows of an input of `rows` rows (its schema `schema`) where every conjunct holds,
+    /// reading each column only when the first conjunct that needs it runs, and then only for
+    /// the rows still in the running. `load(column, rows)` returns input column `column`,
+    /// whole for `None`, else the rows [`Rows`] selects (in order).
+    pub fn evaluate_lazily(
+        &self,
+        schema: &Schema,
+        rows: usize,
+        mut load: impl FnMut(usize, Option<&Rows>) -> Result<ArrayRef>,
+    ) -> Result<BooleanArray> {
+        // The input rows still in the running; `None` while they are all of them.
+        let mut selection: Option<BooleanArray> = None;
+        // The same as a filter, once a column has to be read for them.
+        let mut selected: Option<Rows> = None;
+        let mut len = rows;
+        // Rows (of those in the running) that passed so far, when not yet compacted away.
+        let mut pending: Option<BooleanArray> = None;
+        // Columns read for the rows in the running.
+        let mut loaded: Vec<(usize, ArrayRef)> = Vec::new();
+        for (position, stage) in self.stages.iter().enumerate() {
+            let mut columns = Vec::with_capacity(stage.reads.len());
+            for &column in &stage.reads {
+                let array = match loaded.iter().find(|(c, _)| *c == column) {
+                    Some((_, array)) => Arc::clone(array),
+                    None => {
+                        if let (Some(mask), None) = (&selection, &selected) {
+                            // Precomputed runs or indices pay off when several columns use them.
+                            let builder = FilterBuilder::new(mask);
+                            let predicate = if self.reads_after(position, &loaded) > 1 {
+                                builder.optimize().build()
+                            } else {
+                                builder.build()
+                            };
+                            selected = Some(Rows {
+                                mask: mask.clone(),
+                                predicate,
+                            });
+                        }
+                        let array = load(column, selected.as_ref())?;
+                        if array.len() != len {
+                            return Err(DataFusionError::Internal(format!(
+                                "column {column} was read as {} rows, not {len}",
+                                array.len()
+                            )));
+                        }
+                        loaded.push((column, Arc::clone(&array)));
+                        array
+                    }
+                };
+                columns.push(array);
+            }
+            let options = RecordBatchOptions::new().with_row_count(Some(len));
+            let batch = RecordBatch::try_new_with_options(
+                Arc::new(schema.project(&stage.reads)?),
+                columns,
+                &options,
+            )?;
+            let mut passed = mask(stage.expr.evaluate(&batch)?, len)?;
+            if let Some(previous) = pending.take() {
+                passed = BooleanArray::new(previous.values() & passed.values(), None);
+            }
+            let count = passed.true_count();
+            if count == 0 {
+                return Ok(BooleanArray::new(BooleanBuffer::new_unset(rows), None));
+            }
+            if count == len {
+                continue;
+            }
+            if (count as f64) < COMPACT_BELOW * len as f64 {
+                selection = Some(narrow(selection, passed));
+                selected = None;
+                len = count;
+                // What was read is for the rows that were in the running.
+                loaded.clear();
+            } else {
+                pending = Some(passed);
+            }
+        }
+        Ok(match (selection, pending) {
+            (None, None) => BooleanArray::new(BooleanBuffer::new_set(rows), None),
+            (selection, Some(passed)) => narrow(selection, passed),
+            (Some(selection), None) => selection,
+        })
+    }
+}
+
+impl ConjunctionExpr {
+    /// How many columns the conjuncts from `position` on read that are not in `loaded`.
+    fn reads_after(&self, position: usize, loaded: &[(usize, ArrayRef)]) -> usize {
+        let mut columns: Vec<usize> = self.stages[position..]
+            .iter()
+            .flat_map(|stage| stage.reads.iter().copied())
+            .filter(|column| loaded.iter().all(|(c, _)| c != column))
             .collect();
         columns.sort_unstable();
         columns.dedup();
-        let narrow = conjuncts
-            .iter()
-            .map(|c| renumber(c, &columns))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(ConjunctionExpr {
-            conjuncts,
-            narrow,
-            columns,
-        })
+        columns.len()
     }
+}
+
+/// Some rows of an input, as a mask and as a filter that keeps them.
+pub struct Rows {
+    pub mask: BooleanArray,
+    pub predicate: FilterPredicate,
+}
+
+impl fmt::Debug for Rows {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Rows({} of {})", self.mask.true_count(), self.mask.len())
+    }
+}
+
+/// The input rows of `selection` (all rows for `None`) whose bit in `passed` (one per row of
+/// the selection, in order) is set: each 64-row word of the selection takes as many bits of
+/// `passed` as it has rows, deposited on those rows.
+fn narrow(selection: Option<BooleanArray>, passed: BooleanArray) -> BooleanArray {
+    let Some(selection) = selection else {
+        return passed;
+    };
+    let rows = selection.len();
+    let words = rows.div_ceil(64);
+    let mut out: Vec<u64> = Vec::with_capacity(words);
+    let passed_chunks = passed.values().bit_chunks();
+    let mut source = passed_chunks.iter_padded();
+    // Bits of `passed` read but not yet deposited, lowest first.
+    let mut buffer: u128 = 0;
+    let mut available: u32 = 0;
+    for word in selection.values().bit_chunks().iter_padded().take(words) {
+        let wanted = word.count_ones();
+        if available < wanted {
+            buffer |= u128::from(source.next().unwrap_or(0)) << available;
+            available += 64;
+        }
+        let bits = (buffer as u64) & low_bits(wanted);
+        buffer >>= wanted;
+        available -= wanted;
+        out.push(deposit(bits, word, wanted));
+    }
+    let bits = BooleanBuffer::new(out.into(), 0, rows);
+    BooleanArray::new(bits, None)
+}
+
+/// A word with the lowest `count` bits set.
+fn low_bits(count: u32) -> u64 {
+    if count >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << count) - 1
+    }
+}
+
+/// `bits`' lowest `count` bits placed, in order, on the set bits of `mask` (`count` of them):
+/// what x86's PDEP does, written out so it needs no CPU feature.
+fn deposit(mut bits: u64, mut mask: u64, count: u32) -> u64 {
+    if bits == low_bits(count) {
+        return mask;
+    }
+    let mut out = 0;
+    while bits != 0 {
+        let lowest = mask & mask.wrapping_neg();
+        out |= lowest & (bits & 1).wrapping_neg();
+        bits >>= 1;
+        mask &= mask.wrapping_sub(1);
+    }
+    out
 }
 
 /// `expr` with its columns renumbered for a projection that keeps the `kept` (ascending)
@@ -164,22 +342,6 @@ pub fn mask(value: ColumnarValue, rows: usize) -> Result<BooleanArray> {
     })
 }
 
-/// The rows of `batch` where `mask` is set.
-fn compact(batch: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .map(|c| filter(c, mask))
-        .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-    let options =
-        datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(mask.true_count()));
-    Ok(RecordBatch::try_new_with_options(
-        batch.schema(),
-        columns,
-        &options,
-    )?)
-}
-
 impl PhysicalExpr for ConjunctionExpr {
     fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
         Ok(DataType::Boolean)
@@ -198,58 +360,14 @@ impl PhysicalExpr for ConjunctionExpr {
     }
 
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        let rows = batch.num_rows();
-        let mut current = batch.project(&self.columns)?;
-        // Row numbers (in `batch`) of `current`'s rows; `None` while they are all of them.
-        let mut alive: Option<Vec<u32>> = None;
-        // Rows of `current` that passed so far, when not yet compacted away.
-        let mut pending: Option<BooleanArray> = None;
-        for conjunct in &self.narrow {
-            let len = current.num_rows();
-            let mut passed = mask(conjunct.evaluate(&current)?, len)?;
-            if let Some(previous) = pending.take() {
-                passed = BooleanArray::new(previous.values() & passed.values(), None);
-            }
-            let count = passed.true_count();
-            if count == 0 {
-                return Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(
-                    BooleanBuffer::new_unset(rows),
-                    None,
-                ))));
-            }
-            if count == len {
-                continue;
-            }
-            if (count as f64) < COMPACT_BELOW * len as f64 {
-                alive = Some(match alive {
-                    None => passed.values().set_indices().map(|i| i as u32).collect(),
-                    Some(rows_of) => passed.values().set_indices().map(|i| rows_of[i]).collect(),
-                });
-                current = compact(&current, &passed)?;
-            } else {
-                pending = Some(passed);
-            }
-        }
-        let result = match (alive, pending) {
-            (None, None) => BooleanBuffer::new_set(rows),
-            (None, Some(mask)) => mask.values().clone(),
-            (Some(rows_of), pending) => {
-                let mut bits = MutableBuffer::new_null(rows);
-                let slice = bits.as_slice_mut();
-                match pending {
-                    None => rows_of.iter().for_each(|&r| {
-                        datafusion::arrow::util::bit_util::set_bit(slice, r as usize)
-                    }),
-                    Some(mask) => mask.values().set_indices().for_each(|i| {
-                        datafusion::arrow::util::bit_util::set_bit(slice, rows_of[i] as usize)
-                    }),
-                }
-                BooleanBuffer::new(bits.into(), 0, rows)
-            }
-        };
-        Ok(ColumnarValue::Array(Arc::new(BooleanArray::new(
-            result, None,
-        ))))
+        let mask = self.evaluate_lazily(batch.schema_ref(), batch.num_rows(), |column, rows| {
+            let array = batch.column(column);
+            Ok(match rows {
+                None => Arc::clone(array),
+                Some(rows) => rows.predicate.filter(array)?,
+            })
+        })?;
+        Ok(ColumnarValue::Array(Arc::new(mask)))
     }
 
     fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
@@ -385,6 +503,63 @@ mod tests {
             let got = mask(ours.evaluate(&data).unwrap(), rows).unwrap();
             assert_eq!(got, reference(&conjuncts, &data), "round {round}: {ours}");
             assert_eq!(got.null_count(), 0);
+        }
+    }
+
+    #[test]
+    fn reads_a_later_column_only_for_the_rows_still_passing() {
+        let data = batch(&mut Rng(11), 8192);
+        let schema = data.schema();
+        let column = |name: &str| col(name, &schema).unwrap();
+        // `b >= 990` keeps about 1% of the rows; `c` is read only after it.
+        let conjuncts: Vec<Arc<dyn PhysicalExpr>> = vec![
+            binary(column("b"), Operator::GtEq, lit(990), &schema).unwrap(),
+            binary(column("c"), Operator::NotEq, lit("s3"), &schema).unwrap(),
+            binary(column("a"), Operator::Lt, lit(90), &schema).unwrap(),
+        ];
+        let ours = ConjunctionExpr::from_conjuncts(conjuncts.clone()).unwrap();
+        let first = reference(&conjuncts[..1], &data).true_count();
+        let mut reads = Vec::new();
+        let got = ours
+            .evaluate_lazily(&schema, data.num_rows(), |index, rows| {
+                reads.push((index, rows.map(|r| r.mask.true_count())));
+                let array = data.column(index);
+                Ok(match rows {
+                    None => Arc::clone(array),
+                    Some(rows) => rows.predicate.filter(array).unwrap(),
+                })
+            })
+            .unwrap();
+        assert_eq!(got, reference(&conjuncts, &data));
+        let (b, c, a) = (2, 3, 1);
+        assert_eq!(reads[0], (b, None));
+        assert_eq!(reads[1], (c, Some(first)));
+        assert_eq!(reads[2].0, a);
+        assert!(reads[2].1.is_some_and(|rows| rows <= first));
+        assert_eq!(reads.len(), 3);
+    }
+
+    #[test]
+    fn narrowing_keeps_the_passed_rows_of_the_selection() {
+        let mut rng = Rng(5);
+        for rows in [0, 1, 63, 64, 65, 1000, 8192] {
+            let selection = BooleanArray::from(
+                (0..rows)
+                    .map(|_| Some(rng.below(3) != 0))
+                    .collect::<Vec<_>>(),
+            );
+            let count = selection.true_count();
+            let passed = BooleanArray::from(
+                (0..count)
+                    .map(|_| Some(rng.below(2) == 0))
+                    .collect::<Vec<_>>(),
+            );
+            let mut expected = vec![false; rows];
+            for (k, row) in selection.values().set_indices().enumerate() {
+                expected[row] = passed.value(k);
+            }
+            let got = narrow(Some(selection), passed);
+            assert_eq!(got, BooleanArray::from(expected), "{rows} rows");
         }
     }
 

@@ -11,6 +11,7 @@ use arrow::array::{
     PrimitiveArray,
 };
 use arrow::buffer::{Buffer, NullBuffer, ScalarBuffer};
+use arrow::compute::FilterPredicate;
 use arrow::datatypes::{
     ArrowPrimitiveType, DataType, DurationMicrosecondType, DurationMillisecondType,
     DurationNanosecondType, DurationSecondType, Float16Type, Float32Type, Float64Type, Int16Type,
@@ -136,12 +137,22 @@ impl NumpyView {
     }
 }
 
+/// Whether `test` holds for any of `values`. Each slice is checked this way for a sentinel
+/// (NaT, NaN) or a masked row, so it runs over every row a query reads: blocks without an early
+/// exit inside let the compiler vectorise the test, where `Iterator::any` goes one value at a
+/// time.
+fn any<T>(values: &[T], test: impl Fn(&T) -> bool) -> bool {
+    values
+        .chunks(256)
+        .any(|block| block.iter().fold(false, |found, v| found | test(v)))
+}
+
 /// A validity bitmap from a NumPy boolean mask (True = missing), as pandas' masked arrays keep.
 fn mask_nulls(view: &NumpyView) -> Option<NullBuffer> {
     // SAFETY: `view` describes `len` bytes of a live boolean array (checked by NumpyColumn::new;
     // `owner` keeps it alive).
     let missing = unsafe { std::slice::from_raw_parts(view.address as *const u8, view.len) };
-    if !missing.iter().any(|&m| m != 0) {
+    if !any(missing, |&m| m != 0) {
         return None;
     }
     Some(NullBuffer::from_iter(missing.iter().map(|&m| m == 0)))
@@ -161,7 +172,7 @@ where
 {
     let values = view.scalars::<T>();
     let sentinel_nulls = missing_value.and_then(|missing| {
-        if values.contains(&missing) {
+        if any(&values, |v| *v == missing) {
             Some(NullBuffer::from_iter(values.iter().map(|v| *v != missing)))
         } else {
             None
@@ -182,7 +193,7 @@ where
     T::Native: num_like::IsNan,
 {
     let values = view.scalars::<T>();
-    let nan_nulls = if nan_as_null && values.iter().any(|v| v.is_nan_value()) {
+    let nan_nulls = if nan_as_null && any(&values, |v| v.is_nan_value()) {
         Some(NullBuffer::from_iter(
             values.iter().map(|v| !v.is_nan_value()),
         ))
@@ -294,7 +305,81 @@ impl NumpyColumn {
             nulls,
             &self.tz,
             self.nan_as_null,
+            true,
         )
+    }
+
+    /// The rows of `start..start + len` that `predicate` selects (it was built over `len`
+    /// rows). NaT and NaN become NULL after the selection, so a selective filter checks only
+    /// the rows it keeps instead of every row of the range.
+    pub fn select(
+        &self,
+        start: usize,
+        len: usize,
+        predicate: &FilterPredicate,
+    ) -> Result<ArrayRef, String> {
+        let code = self.values.typestr.get(1..).unwrap_or_default();
+        let sentinel = code.starts_with("M8[") || code.starts_with("m8[");
+        let nan = self.nan_as_null && (code == "f4" || code == "f8");
+        if code == "M8[D]" || !(sentinel || nan) {
+            return predicate
+                .filter(&self.slice(start, len)?)
+                .map_err(|e| e.to_string());
+        }
+        let end = start.checked_add(len).filter(|end| *end <= self.values.len);
+        if end.is_none() {
+            return Err(format!(
+                "column \"{}\": rows {start}..{} are outside its {} rows",
+                self.column,
+                start.saturating_add(len),
+                self.values.len
+            ));
+        }
+        let nulls = self
+            .mask
+            .as_ref()
+            .and_then(|m| mask_nulls(&m.slice(start, len)));
+        let raw = numpy_array(
+            &self.column,
+            &self.values.slice(start, len),
+            nulls,
+            &self.tz,
+            self.nan_as_null,
+            false,
+        )?;
+        let kept = predicate.filter(&raw).map_err(|e| e.to_string())?;
+        Ok(match kept.data_type() {
+            DataType::Float32 => null_where::<Float32Type>(&kept, |v| v.is_nan()),
+            DataType::Float64 => null_where::<Float64Type>(&kept, |v| v.is_nan()),
+            // Every datetime64 and timedelta64 unit is 64 bits wide, NaT the smallest value.
+            DataType::Timestamp(..) | DataType::Duration(_) => {
+                null_where::<Int64Type>(&kept, |v| *v == i64::MIN)
+            }
+            _ => kept,
+        })
+    }
+}
+
+/// `array` with NULL wherever `test` holds of a value (`T` only needs the array's physical
+/// layout: the data type, a timestamp's zone included, is kept).
+fn null_where<T: ArrowPrimitiveType>(
+    array: &ArrayRef,
+    test: impl Fn(&T::Native) -> bool,
+) -> ArrayRef {
+    let data = array.to_data();
+    let Some(values) = data.buffers().first() else {
+        return Arc::clone(array);
+    };
+    let values: ScalarBuffer<T::Native> =
+        ScalarBuffer::new(values.clone(), data.offset(), data.len());
+    if !any(&values, &test) {
+        return Arc::clone(array);
+    }
+    let found = NullBuffer::from_iter(values.iter().map(|v| !test(v)));
+    let nulls = combine(data.nulls().cloned(), Some(found));
+    match data.into_builder().nulls(nulls).build() {
+        Ok(data) => make_array(data),
+        Err(_) => Arc::clone(array),
     }
 }
 
@@ -304,6 +389,7 @@ fn numpy_array(
     nulls: Option<NullBuffer>,
     timestamp_tz: &Option<Arc<str>>,
     nan_as_null: bool,
+    sentinels: bool,
 ) -> Result<ArrayRef, String> {
     let code = view.typestr.get(1..).unwrap_or_default().to_string();
     if !(view.typestr.starts_with('<')
@@ -315,7 +401,9 @@ fn numpy_array(
             view.typestr
         ));
     }
-    let nat = Some(i64::MIN);
+    // Without `sentinels` NaT and NaN stay values; the caller marks them after a selection.
+    let nat = sentinels.then_some(i64::MIN);
+    let nan_as_null = nan_as_null && sentinels;
     let array: ArrayRef = match code.as_str() {
         "i1" => primitive::<Int8Type>(view, nulls, None),
         "i2" => primitive::<Int16Type>(view, nulls, None),

@@ -816,11 +816,9 @@ impl Inner {
                     })
                 })?)?
             }
-            ColumnData::Numpy(column) => predicate.filter(
-                &column
-                    .slice(start, len)
-                    .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
-            )?,
+            ColumnData::Numpy(column) => column
+                .select(start, len, predicate)
+                .map_err(|e| QuiverError::Conversion(e).into_datafusion())?,
             ColumnData::Objects {
                 address,
                 len: rows,
@@ -901,10 +899,40 @@ impl Inner {
         len: usize,
     ) -> DFResult<Option<RecordBatch>> {
         // The filters run in turn; each after the first only while some row passes.
-        let mut input = None;
+        // Columns the first filter read for every row, to be filtered rather than read again.
+        let mut whole: Vec<(usize, ArrayRef)> = Vec::new();
         let mut mask: Option<BooleanArray> = None;
         let mut selected = 0;
         for (position, filter) in filters.iter().enumerate() {
+            if let (0, Some(progressive)) =
+                (position, filter.predicate.downcast_ref::<ConjunctionExpr>())
+            {
+                // Each conjunct's columns are read when it runs, for the rows still passing.
+                let passed = progressive.evaluate_lazily(&filter.schema, len, |column, rows| {
+                    let index = filter.columns[column];
+                    if let (Some(rows), ColumnData::Numpy(numpy)) = (rows, &*self.data(index)?) {
+                        // Only the rows still passing, NaT and NaN checked on them alone.
+                        let array = numpy
+                            .select(start, len, &rows.predicate)
+                            .map_err(|e| QuiverError::Conversion(e).into_datafusion())?;
+                        return exposed(array, self.schema.field(index).data_type());
+                    }
+                    // Other columns are read whole, so that their conversion (to string views,
+                    // from Python objects) is kept for the next query.
+                    let array = self.column(index, start, len)?;
+                    whole.push((index, Arc::clone(&array)));
+                    Ok(match rows {
+                        None => array,
+                        Some(rows) => rows.predicate.filter(&array)?,
+                    })
+                })?;
+                selected = passed.true_count();
+                if selected == 0 {
+                    return Ok(None);
+                }
+                mask = Some(passed);
+                continue;
+            }
             let inputs = filter
                 .columns
                 .iter()
@@ -924,18 +952,28 @@ impl Inner {
             }
             mask = Some(passed);
             if position == 0 {
-                input = Some(batch);
+                whole = filter
+                    .columns
+                    .iter()
+                    .copied()
+                    .zip(batch.columns().iter().cloned())
+                    .collect();
             }
         }
-        let (Some(filter), Some(input), Some(mask)) = (filters.first(), input, mask) else {
+        let Some(mask) = mask else {
             return Ok(Some(self.batch(projection, schema, start, len)?));
         };
-        let input_column = |index: usize| filter.columns.iter().position(|&c| c == index);
+        let input_column = |index: usize| {
+            whole
+                .iter()
+                .find(|(column, _)| *column == index)
+                .map(|(_, array)| array)
+        };
         let mut columns = Vec::with_capacity(projection.len());
         if selected == len {
             for &index in projection {
                 columns.push(match input_column(index) {
-                    Some(position) => Arc::clone(input.column(position)),
+                    Some(column) => Arc::clone(column),
                     None => self.column(index, start, len)?,
                 });
             }
@@ -950,7 +988,7 @@ impl Inner {
             };
             for &index in projection {
                 columns.push(match input_column(index) {
-                    Some(position) => predicate.filter(input.column(position))?,
+                    Some(column) => predicate.filter(column)?,
                     None => self.selected(index, start, len, &mask, &predicate)?,
                 });
             }
