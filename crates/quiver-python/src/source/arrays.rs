@@ -286,6 +286,11 @@ impl NumpyColumn {
     /// Rows `start..start + len` as an Arrow array (`start + len` must not pass the end).
     /// Needs no GIL: the error is a message for the caller to wrap.
     pub fn slice(&self, start: usize, len: usize) -> Result<ArrayRef, String> {
+        self.wrap(start, len, true)
+    }
+
+    /// Rows `start..start + len`, with NaT and NaN as NULL (`sentinels`) or left as values.
+    fn wrap(&self, start: usize, len: usize, sentinels: bool) -> Result<ArrayRef, String> {
         let end = start.checked_add(len).filter(|end| *end <= self.values.len);
         if end.is_none() {
             return Err(format!(
@@ -305,7 +310,7 @@ impl NumpyColumn {
             nulls,
             &self.tz,
             self.nan_as_null,
-            true,
+            sentinels,
         )
     }
 
@@ -321,66 +326,48 @@ impl NumpyColumn {
         let code = self.values.typestr.get(1..).unwrap_or_default();
         let sentinel = code.starts_with("M8[") || code.starts_with("m8[");
         let nan = self.nan_as_null && (code == "f4" || code == "f8");
-        if code == "M8[D]" || !(sentinel || nan) {
-            return predicate
-                .filter(&self.slice(start, len)?)
-                .map_err(|e| e.to_string());
-        }
-        let end = start.checked_add(len).filter(|end| *end <= self.values.len);
-        if end.is_none() {
-            return Err(format!(
-                "column \"{}\": rows {start}..{} are outside its {} rows",
-                self.column,
-                start.saturating_add(len),
-                self.values.len
-            ));
-        }
-        let nulls = self
-            .mask
-            .as_ref()
-            .and_then(|m| mask_nulls(&m.slice(start, len)));
-        let raw = numpy_array(
-            &self.column,
-            &self.values.slice(start, len),
-            nulls,
-            &self.tz,
-            self.nan_as_null,
-            false,
-        )?;
+        // datetime64[D] becomes Date32 by a conversion that needs its NaT first.
+        let late = code != "M8[D]" && (sentinel || nan);
+        let raw = self.wrap(start, len, !late)?;
         let kept = predicate.filter(&raw).map_err(|e| e.to_string())?;
-        Ok(match kept.data_type() {
-            DataType::Float32 => null_where::<Float32Type>(&kept, |v| v.is_nan()),
-            DataType::Float64 => null_where::<Float64Type>(&kept, |v| v.is_nan()),
+        if !late {
+            return Ok(kept);
+        }
+        match kept.data_type() {
+            DataType::Float32 => null_where::<Float32Type>(kept, |v| v.is_nan()),
+            DataType::Float64 => null_where::<Float64Type>(kept, |v| v.is_nan()),
             // Every datetime64 and timedelta64 unit is 64 bits wide, NaT the smallest value.
             DataType::Timestamp(..) | DataType::Duration(_) => {
-                null_where::<Int64Type>(&kept, |v| *v == i64::MIN)
+                null_where::<Int64Type>(kept, |v| *v == i64::MIN)
             }
-            _ => kept,
-        })
+            _ => Ok(kept),
+        }
     }
 }
 
 /// `array` with NULL wherever `test` holds of a value (`T` only needs the array's physical
 /// layout: the data type, a timestamp's zone included, is kept).
 fn null_where<T: ArrowPrimitiveType>(
-    array: &ArrayRef,
+    array: ArrayRef,
     test: impl Fn(&T::Native) -> bool,
-) -> ArrayRef {
+) -> Result<ArrayRef, String> {
     let data = array.to_data();
     let Some(values) = data.buffers().first() else {
-        return Arc::clone(array);
+        return Ok(array);
     };
     let values: ScalarBuffer<T::Native> =
         ScalarBuffer::new(values.clone(), data.offset(), data.len());
     if !any(&values, &test) {
-        return Arc::clone(array);
+        return Ok(array);
     }
     let found = NullBuffer::from_iter(values.iter().map(|v| !test(v)));
     let nulls = combine(data.nulls().cloned(), Some(found));
-    match data.into_builder().nulls(nulls).build() {
-        Ok(data) => make_array(data),
-        Err(_) => Arc::clone(array),
-    }
+    let data = data
+        .into_builder()
+        .nulls(nulls)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(make_array(data))
 }
 
 fn numpy_array(

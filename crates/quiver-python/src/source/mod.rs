@@ -889,7 +889,8 @@ impl Inner {
     /// None if no row does. The filters' columns are read first; the other projected columns
     /// only for the rows that passed (late materialisation: `SELECT * ... WHERE` decodes few
     /// strings, and `ORDER BY t LIMIT 10` reads the other columns only for rows within the
-    /// TopK's current bound).
+    /// TopK's current bound). Within an `AND` chain, a NumPy column is read only for the rows
+    /// the conjuncts before it kept ([`ConjunctionExpr::evaluate_lazily`]).
     fn filtered_batch(
         &self,
         projection: &[usize],
@@ -909,7 +910,12 @@ impl Inner {
             {
                 // Each conjunct's columns are read when it runs, for the rows still passing.
                 let passed = progressive.evaluate_lazily(&filter.schema, len, |column, rows| {
-                    let index = filter.columns[column];
+                    let Some(&index) = filter.columns.get(column) else {
+                        return Err(DataFusionError::Internal(format!(
+                            "filter column {column} is not among the scan filter's {} columns",
+                            filter.columns.len()
+                        )));
+                    };
                     if let (Some(rows), ColumnData::Numpy(numpy)) = (rows, &*self.data(index)?) {
                         // Only the rows still passing, NaT and NaN checked on them alone.
                         let array = numpy
