@@ -148,9 +148,7 @@ impl ConjunctionExpr {
         mut load: impl FnMut(usize, Option<&Rows>) -> Result<ArrayRef>,
     ) -> Result<BooleanArray> {
         // The input rows still in the running; `None` while they are all of them.
-        let mut selection: Option<BooleanArray> = None;
-        // The same as a filter, once a column has to be read for them.
-        let mut selected: Option<Rows> = None;
+        let mut selection: Option<Rows> = None;
         let mut len = rows;
         // Rows (of those in the running) that passed so far, when not yet compacted away.
         let mut pending: Option<BooleanArray> = None;
@@ -162,20 +160,7 @@ impl ConjunctionExpr {
                 let array = match loaded.iter().find(|(c, _)| *c == column) {
                     Some((_, array)) => Arc::clone(array),
                     None => {
-                        if let (Some(mask), None) = (&selection, &selected) {
-                            // Precomputed runs or indices pay off when several columns use them.
-                            let builder = FilterBuilder::new(mask);
-                            let predicate = if self.reads_after(position, &loaded) > 1 {
-                                builder.optimize().build()
-                            } else {
-                                builder.build()
-                            };
-                            selected = Some(Rows {
-                                mask: mask.clone(),
-                                predicate,
-                            });
-                        }
-                        let array = load(column, selected.as_ref())?;
+                        let array = load(column, selection.as_ref())?;
                         if array.len() != len {
                             return Err(DataFusionError::Internal(format!(
                                 "column {column} was read as {} rows, not {len}",
@@ -206,8 +191,9 @@ impl ConjunctionExpr {
                 continue;
             }
             if (count as f64) < COMPACT_BELOW * len as f64 {
-                selection = Some(narrow(selection, passed));
-                selected = None;
+                let mask = narrow(selection.map(|rows| rows.mask), passed);
+                // Precomputed runs or indices pay off when several columns use them.
+                selection = Some(Rows::new(mask, self.reads_after(position + 1) > 1));
                 len = count;
                 // What was read is for the rows that were in the running.
                 loaded.clear();
@@ -215,21 +201,18 @@ impl ConjunctionExpr {
                 pending = Some(passed);
             }
         }
+        let selection = selection.map(|rows| rows.mask);
         Ok(match (selection, pending) {
             (None, None) => BooleanArray::new(BooleanBuffer::new_set(rows), None),
             (selection, Some(passed)) => narrow(selection, passed),
             (Some(selection), None) => selection,
         })
     }
-}
 
-impl ConjunctionExpr {
-    /// How many columns the conjuncts from `position` on read that are not in `loaded`.
-    fn reads_after(&self, position: usize, loaded: &[(usize, ArrayRef)]) -> usize {
-        let mut columns: Vec<usize> = self.stages[position..]
-            .iter()
+    /// How many distinct columns the conjuncts from `position` on read.
+    fn reads_after(&self, position: usize) -> usize {
+        let mut columns: Vec<usize> = (self.stages.iter().skip(position))
             .flat_map(|stage| stage.reads.iter().copied())
-            .filter(|column| loaded.iter().all(|(c, _)| c != column))
             .collect();
         columns.sort_unstable();
         columns.dedup();
@@ -241,6 +224,19 @@ impl ConjunctionExpr {
 pub struct Rows {
     pub mask: BooleanArray,
     pub predicate: FilterPredicate,
+}
+
+impl Rows {
+    /// `optimize`: precompute the filter's runs or indices, for use on several columns.
+    fn new(mask: BooleanArray, optimize: bool) -> Rows {
+        let builder = FilterBuilder::new(&mask);
+        let predicate = if optimize {
+            builder.optimize().build()
+        } else {
+            builder.build()
+        };
+        Rows { mask, predicate }
+    }
 }
 
 impl fmt::Debug for Rows {

@@ -916,12 +916,9 @@ impl Inner {
                             filter.columns.len()
                         )));
                     };
-                    if let (Some(rows), ColumnData::Numpy(numpy)) = (rows, &*self.data(index)?) {
+                    if let (Some(rows), ColumnData::Numpy(_)) = (rows, &*self.data(index)?) {
                         // Only the rows still passing, NaT and NaN checked on them alone.
-                        let array = numpy
-                            .select(start, len, &rows.predicate)
-                            .map_err(|e| QuiverError::Conversion(e).into_datafusion())?;
-                        return exposed(array, self.schema.field(index).data_type());
+                        return self.selected(index, start, len, &rows.mask, &rows.predicate);
                     }
                     // Other columns are read whole, so that their conversion (to string views,
                     // from Python objects) is kept for the next query.
