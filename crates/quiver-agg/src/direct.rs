@@ -1,4 +1,5 @@
-//! Direct kernels for the aggregates small-key queries use most — `count(*)`, `count(x)`,
+//! Direct kernels for the aggregates small-key queries use most — `count(*)` (DataFusion's
+//! `count(<literal>)` or quiver's `count_rows`), `count(x)`,
 //! `sum(x)` and `avg(x)` over 64-bit columns — that add each row straight into a slot array.
 //!
 //! DataFusion's `GroupsAccumulator`s for these are generic over filters and NULLs and keep a
@@ -22,6 +23,7 @@ use datafusion::common::{internal_err, Result};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::PhysicalExpr;
+use quiver_functions::widening;
 
 /// Which direct kernel an aggregate can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,8 @@ impl DirectKind {
                     DirectKind::CountValues
                 }
             }
+            // quiver's `count(*)` (see quiver-core's `WidenAggregates`): rows, whatever the column.
+            widening::COUNT_NAME => DirectKind::CountRows,
             "sum" if input == output => match input {
                 DataType::Int64 => DirectKind::SumInt64,
                 DataType::UInt64 => DirectKind::SumUInt64,

@@ -326,61 +326,79 @@ impl OptimizerRule for DistinctCountSets {
         if aggregate.group_expr.is_empty() || has_grouping_sets(aggregate) {
             return Ok(Transformed::no(plan));
         }
-        let keys = aggregate.group_expr.len();
-        let mut changed = false;
-        let mut aggregates = Vec::with_capacity(aggregate.aggr_expr.len());
-        for (index, expr) in aggregate.aggr_expr.iter().enumerate() {
-            let replacement = match without_alias(expr) {
-                Expr::AggregateFunction(function)
-                    if function.params.distinct
-                        && function.params.order_by.is_empty()
-                        && function.func.name().eq_ignore_ascii_case("count") =>
-                {
-                    match function.params.args.as_slice() {
-                        [arg]
-                            if distinct_count::supports(
-                                &arg.get_type(aggregate.input.schema())?,
-                            ) =>
-                        {
-                            let (qualifier, field) = aggregate.schema.qualified_field(keys + index);
-                            let counted = Expr::AggregateFunction(AggregateFunction::new_udf(
-                                Arc::new(AggregateUDF::from(DistinctCount::default())),
-                                vec![arg.clone()],
-                                false,
-                                function.params.filter.clone(),
-                                vec![],
-                                None,
-                            ));
-                            Some(counted.alias_qualified(qualifier.cloned(), field.name()))
-                        }
-                        _ => None,
-                    }
+        replace_aggregates(plan, |aggregate, function| {
+            if !function.params.distinct
+                || !function.params.order_by.is_empty()
+                || !function.func.name().eq_ignore_ascii_case("count")
+            {
+                return Ok(None);
+            }
+            Ok(match function.params.args.as_slice() {
+                [arg] if distinct_count::supports(&arg.get_type(aggregate.input.schema())?) => {
+                    Some(Expr::AggregateFunction(AggregateFunction::new_udf(
+                        Arc::new(AggregateUDF::from(DistinctCount::default())),
+                        vec![arg.clone()],
+                        false,
+                        function.params.filter.clone(),
+                        vec![],
+                        None,
+                    )))
                 }
                 _ => None,
-            };
-            changed |= replacement.is_some();
-            aggregates.push(replacement.unwrap_or_else(|| expr.clone()));
-        }
-        if !changed {
-            return Ok(Transformed::no(plan));
-        }
-        let rewritten = Aggregate::try_new(
-            Arc::clone(&aggregate.input),
-            aggregate.group_expr.clone(),
-            aggregates,
-        )?;
-        // The same columns with the same types and names, or nothing.
-        let same =
-            rewritten.schema.fields().len() == aggregate.schema.fields().len()
-                && rewritten.schema.iter().zip(aggregate.schema.iter()).all(
-                    |((q1, f1), (q2, f2))| {
-                        q1 == q2 && f1.name() == f2.name() && f1.data_type() == f2.data_type()
-                    },
-                );
-        if same {
-            Ok(Transformed::yes(LogicalPlan::Aggregate(rewritten)))
-        } else {
-            Ok(Transformed::no(plan))
-        }
+            })
+        })
+    }
+}
+
+/// `plan`, an aggregation, with each aggregate call for which `replace` gives another call
+/// computing it replaced by that call under the original's name. The plan is left as it was
+/// unless its output keeps the same columns with the same names, types and nullability.
+pub(crate) fn replace_aggregates(
+    plan: LogicalPlan,
+    replace: impl Fn(&Aggregate, &AggregateFunction) -> Result<Option<Expr>>,
+) -> Result<Transformed<LogicalPlan>> {
+    let LogicalPlan::Aggregate(aggregate) = &plan else {
+        return Ok(Transformed::no(plan));
+    };
+    let keys = aggregate.group_expr.len();
+    let mut changed = false;
+    let mut aggregates = Vec::with_capacity(aggregate.aggr_expr.len());
+    for (index, expr) in aggregate.aggr_expr.iter().enumerate() {
+        let replacement = match without_alias(expr) {
+            Expr::AggregateFunction(function) => replace(aggregate, function)?,
+            _ => None,
+        };
+        aggregates.push(match replacement {
+            Some(call) => {
+                changed = true;
+                let (qualifier, field) = aggregate.schema.qualified_field(keys + index);
+                call.alias_qualified(qualifier.cloned(), field.name())
+            }
+            None => expr.clone(),
+        });
+    }
+    if !changed {
+        return Ok(Transformed::no(plan));
+    }
+    let rewritten = Aggregate::try_new(
+        Arc::clone(&aggregate.input),
+        aggregate.group_expr.clone(),
+        aggregates,
+    )?;
+    let same = rewritten.schema.fields().len() == aggregate.schema.fields().len()
+        && rewritten
+            .schema
+            .iter()
+            .zip(aggregate.schema.iter())
+            .all(|((q1, f1), (q2, f2))| {
+                q1 == q2
+                    && f1.name() == f2.name()
+                    && f1.data_type() == f2.data_type()
+                    && f1.is_nullable() == f2.is_nullable()
+            });
+    if same {
+        Ok(Transformed::yes(LogicalPlan::Aggregate(rewritten)))
+    } else {
+        Ok(Transformed::no(plan))
     }
 }

@@ -33,6 +33,7 @@ pub mod statement;
 pub mod suggest;
 pub mod table_functions;
 pub mod topk;
+pub mod widen_aggregates;
 
 pub use datafusion;
 pub use error::{QuiverError, Result};

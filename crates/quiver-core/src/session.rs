@@ -145,6 +145,9 @@ impl Session {
             before_single_distinct,
             Arc::new(crate::distinct_groups::DistinctCountSets),
         );
+        // Last: SUM/AVG of integers and COUNT(*) without the arrays DataFusion's coercions
+        // and literals fill per batch, once every rule matching those aggregates by name ran.
+        logical_rules.push(Arc::new(crate::widen_aggregates::WidenAggregates));
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)

@@ -15,7 +15,9 @@
 //! * `cityHash64` with ClickHouse's exact outputs ([`cityhash`]).
 //!
 //! Not registered, but used by quiver-core's optimizer: [`distinct_count`], the grouped
-//! accumulator that replaces `count(DISTINCT x)` of an integer under a GROUP BY.
+//! accumulator that replaces `count(DISTINCT x)` of an integer under a GROUP BY, and
+//! [`widening`], SUM and AVG of integers that read the column without widening it first and a
+//! `count(*)` that needs no column of ones.
 //!
 //! ClickHouse users write camelCase (`toYear`); DataFusion lowercases unquoted function names,
 //! so every function is registered under its ClickHouse spelling (shown in column names) with
@@ -29,6 +31,7 @@ pub mod numbers;
 pub mod scalars;
 pub mod uniq;
 pub mod url;
+pub mod widening;
 
 use std::sync::Arc;
 

@@ -5,9 +5,8 @@
 //! aggregate it rewrites, NULLs in keys, arguments and distinct values, computed keys, no keys,
 //! no rows and HAVING; and it must leave alone what it cannot rewrite.
 
-use crate::support::run;
+use crate::support::{datafusion_text, quiver_text, run};
 
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::SessionContext;
 use quiver_core::Session;
 
@@ -19,23 +18,6 @@ const TABLE: &str = "CREATE TABLE t AS
            CASE WHEN value % 17 = 0 THEN NULL ELSE 'k' || (value % 4) END AS s,
            CASE WHEN value % 19 = 0 THEN NULL ELSE 'a long string value ' || (value % 29) END AS w
     FROM generate_series(1, 20000)";
-
-async fn quiver_text(session: &Session, sql: &str) -> String {
-    pretty_format_batches(&run(session, sql).await)
-        .unwrap()
-        .to_string()
-}
-
-async fn datafusion_text(ctx: &SessionContext, sql: &str) -> String {
-    let batches = ctx
-        .sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    pretty_format_batches(&batches).unwrap().to_string()
-}
 
 /// The aggregate operators of the physical plan, one per line.
 async fn aggregates(session: &Session, sql: &str) -> String {

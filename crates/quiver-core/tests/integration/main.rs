@@ -11,3 +11,4 @@ mod distinct_groups;
 mod group_by_limit;
 mod postgres_attach;
 mod topk_threshold;
+mod widen_aggregates;
