@@ -6,7 +6,7 @@
 //! replaces those with quiver-functions' [`widening`](quiver_functions::widening) aggregates,
 //! which read the integer column as it is — SUM and AVG only without GROUP BY, where that array
 //! is most of the work — and `count_rows`, which only asks its argument for its length, given
-//! a column the aggregation's input already has. The output columns keep their names and
+//! a column the aggregation reads anyway (a key, or another aggregate's argument). The output columns keep their names and
 //! types; AVG's sum becomes exact (DataFusion adds floats).
 //!
 //! Measured over ClickBench's 5M-row `hits` DataFrame: `SELECT sum(AdvEngineID), count(*),
@@ -14,16 +14,16 @@
 //!
 //! It runs after every DataFusion rule, so the rules that recognise `sum`, `avg` and `count` by
 //! name (the DISTINCT rewrites, quiver's own in `distinct_groups`) have seen them first. It
-//! leaves alone DISTINCT, ORDER BY inside the call, other casts, and `count(*)` over an input
-//! without columns (`SELECT count(*) FROM t`, which reads no column at all).
+//! leaves alone DISTINCT, ORDER BY inside the call, other casts, and a `count(*)` beside nothing
+//! that reads a column (`SELECT count(*) FROM t WHERE …`: giving it a column would make the
+//! filter below keep that column's values).
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::{Aggregate, AggregateUDF, Cast, Expr, ExprSchemable, LogicalPlan};
-
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 use quiver_functions::widening::{CountRows, WideningAvg, WideningSum};
@@ -52,6 +52,26 @@ impl OptimizerRule for WidenAggregates {
     }
 }
 
+/// The first column the grouping keys or the aggregates' arguments and filters read, if any.
+fn first_column(aggregate: &Aggregate) -> Result<Option<Column>> {
+    let mut found = None;
+    for expr in aggregate.group_expr.iter().chain(&aggregate.aggr_expr) {
+        expr.apply(|node| {
+            Ok(match node {
+                Expr::Column(column) => {
+                    found = Some(column.clone());
+                    TreeNodeRecursion::Stop
+                }
+                _ => TreeNodeRecursion::Continue,
+            })
+        })?;
+        if found.is_some() {
+            break;
+        }
+    }
+    Ok(found)
+}
+
 /// The widening call computing `function` over `aggregate`'s input, if there is one.
 fn replacement(aggregate: &Aggregate, function: &AggregateFunction) -> Result<Option<Expr>> {
     let params = &function.params;
@@ -75,12 +95,15 @@ fn replacement(aggregate: &Aggregate, function: &AggregateFunction) -> Result<Op
             (udaf, expr.as_ref().clone())
         }
         ("count", [Expr::Literal(value, _)]) if !value.is_null() => {
-            // Any column of the input has one value per row; one already read costs nothing.
-            let Some((qualifier, field)) = input.iter().next() else {
+            // Any column has one value per row; one the aggregation reads anyway costs nothing.
+            // (Any other column of the input would cost: a filter below would have to keep it.)
+            let Some(column) = first_column(aggregate)? else {
                 return Ok(None);
             };
-            let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
-            (AggregateUDF::from(CountRows::default()), column)
+            (
+                AggregateUDF::from(CountRows::default()),
+                Expr::Column(column),
+            )
         }
         _ => return Ok(None),
     };
