@@ -15,6 +15,7 @@
 //! * DuckDB's `COPY … TO … (FORMAT …)` options;
 //! * one typed error ([`QuiverError`]) that names what is wrong.
 
+mod aggregate_clauses;
 mod attach;
 pub mod conjunction;
 pub mod database;

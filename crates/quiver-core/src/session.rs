@@ -18,6 +18,7 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement as SqlStatement;
 use quiver_postgres::runtime_filter::key_list_config;
 
+use crate::aggregate_clauses::refuse_aggregate_clauses;
 use crate::database::{AccessMode, Database};
 use crate::error::{QuiverError, Result};
 use crate::external::{ExecuteOptions, Registrations, EXTERNAL_SCHEMA};
@@ -318,6 +319,7 @@ impl Session {
         let mut registrations = Registrations::new(external_schema, narrow);
         resolve_names(&self.ctx, &mut statement, external, &mut registrations).await?;
         let state = self.ctx.state();
+        refuse_aggregate_clauses(&state, &statement)?;
         let mut plan = state
             .statement_to_plan(statement)
             .await
