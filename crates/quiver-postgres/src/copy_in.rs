@@ -271,6 +271,8 @@ pub struct PostgresSink {
     qualified: String,
     columns: Vec<PgColumn>,
     schema: SchemaRef,
+    /// The positions of the input's columns that are written (the others Postgres fills).
+    written: Vec<usize>,
 }
 
 impl PostgresSink {
@@ -281,16 +283,36 @@ impl PostgresSink {
         columns: Vec<PgColumn>,
         schema: SchemaRef,
     ) -> Self {
+        let written = (0..columns.len()).collect();
         PostgresSink {
             target,
             qualified,
             columns,
             schema,
+            written,
         }
     }
 
+    /// Leaves the columns at `omitted` out of the COPY, so that Postgres fills them with
+    /// their defaults; their values in the input are ignored.
+    pub fn leaving_out(mut self, omitted: &[usize]) -> Result<Self> {
+        self.written.retain(|index| !omitted.contains(index));
+        if self.written.is_empty() {
+            return Err(PostgresError::InvalidArgument(format!(
+                "an INSERT into {} must give at least one column",
+                self.qualified
+            )));
+        }
+        Ok(self)
+    }
+
     async fn write(&self, mut data: SendableRecordBatchStream) -> Result<u64> {
-        if let Some(column) = self.columns.iter().find(|c| !writable(&c.pg_type)) {
+        let columns: Vec<PgColumn> = self
+            .written
+            .iter()
+            .filter_map(|&index| self.columns.get(index).cloned())
+            .collect();
+        if let Some(column) = columns.iter().find(|c| !writable(&c.pg_type)) {
             return Err(PostgresError::InvalidArgument(format!(
                 "cannot write column \"{}\" of {}: quiver writes scalar types it decodes itself",
                 column.name, self.qualified
@@ -302,8 +324,7 @@ impl PostgresSink {
             .batch_execute("BEGIN")
             .await
             .map_err(|e| PostgresError::server(&what, &e))?;
-        let column_list = self
-            .columns
+        let column_list = columns
             .iter()
             .map(|c| quote_ident(&c.name))
             .collect::<Vec<_>>()
@@ -320,14 +341,20 @@ impl PostgresSink {
         sink.send(header())
             .await
             .map_err(|e| PostgresError::server(&what, &e))?;
-        let target_schema = Arc::clone(&self.schema);
+        let target_schema = Arc::new(
+            self.schema
+                .project(&self.written)
+                .map_err(|e| PostgresError::InvalidArgument(e.to_string()))?,
+        );
         while let Some(batch) = data.next().await {
             // An error from the input (or from encoding) returns early: the COPY is abandoned
             // and the connection dropped, so the transaction never commits.
-            let batch = batch.map_err(|e| PostgresError::InvalidArgument(e.to_string()))?;
-            let batch = cast_batch(&batch, &target_schema, &self.columns)?;
+            let batch = batch
+                .and_then(|batch| Ok(batch.project(&self.written)?))
+                .map_err(|e| PostgresError::InvalidArgument(e.to_string()))?;
+            let batch = cast_batch(&batch, &target_schema, &columns)?;
             let mut out = BytesMut::with_capacity(batch.get_array_memory_size() + 1024);
-            encode_batch(&batch, &self.columns, &mut out)?;
+            encode_batch(&batch, &columns, &mut out)?;
             sink.send(out.freeze())
                 .await
                 .map_err(|e| PostgresError::server(&what, &e))?;

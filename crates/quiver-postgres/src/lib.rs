@@ -25,6 +25,7 @@
 pub mod attach;
 pub mod binary_copy;
 pub mod catalog;
+pub mod column_default;
 pub mod connection;
 pub mod copy_in;
 pub mod decode;

@@ -53,6 +53,7 @@ use crate::binary_copy::{CopyFormatError, CopyParser, FieldSpan};
 use crate::catalog::{
     describe_query, describe_relation, heaps, planner_choice, server_version, Relation,
 };
+use crate::column_default::{default_marker, omit_defaulted_columns};
 use crate::connection::ConnectTarget;
 use crate::copy_in::PostgresSink;
 use crate::decode::{BatchDecoder, ROWS_PER_PARSE};
@@ -106,6 +107,8 @@ pub struct PostgresTable {
     source: ScanSource,
     columns: Vec<PgColumn>,
     schema: SchemaRef,
+    /// Per column, the marker of its server-side default (see [`crate::column_default`]).
+    defaults: Vec<Expr>,
     options: ScanOptions,
     /// Whether INSERT may write (tables of an ATTACH without READ_ONLY).
     writable: bool,
@@ -154,6 +157,7 @@ impl PostgresTable {
             source,
             columns: Vec::new(),
             schema: Arc::new(Schema::empty()),
+            defaults: Vec::new(),
             options,
             writable: false,
             label: None,
@@ -167,6 +171,12 @@ impl PostgresTable {
         self.schema = Arc::new(Schema::new(
             columns.iter().map(PgColumn::field).collect::<Vec<_>>(),
         ));
+        self.defaults = self
+            .schema
+            .fields()
+            .iter()
+            .map(|field| default_marker(field))
+            .collect();
         self.columns = columns;
     }
 
@@ -590,13 +600,22 @@ impl TableProvider for PostgresTable {
                 "{insert_op} into a PostgreSQL table; quiver appends (INSERT INTO)"
             )));
         }
+        // The columns the INSERT leaves out are left to Postgres, which applies their defaults.
+        let names: Vec<String> = self.columns.iter().map(|c| c.name.clone()).collect();
+        let (input, omitted) = omit_defaulted_columns(input, &names)?;
         let sink = PostgresSink::new(
             self.target.clone(),
             relation.qualified(),
             self.columns.clone(),
             Arc::clone(&self.schema),
-        );
+        )
+        .leaving_out(&omitted)?;
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        let index = self.columns.iter().position(|c| c.name == column)?;
+        self.defaults.get(index)
     }
 
     async fn scan(

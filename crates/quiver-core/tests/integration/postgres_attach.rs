@@ -202,6 +202,43 @@ async fn insert_streams_through_copy_in_one_transaction() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insert_leaves_the_columns_it_omits_to_their_postgres_defaults() {
+    let Some(pg) = common::cluster() else { return };
+    pg.psql(
+        "shop",
+        "CREATE TABLE defaults_kept (id serial PRIMARY KEY, name text NOT NULL, \
+         status text DEFAULT 'new', code int GENERATED ALWAYS AS IDENTITY (START WITH 100), \
+         note text, at timestamptz NOT NULL DEFAULT now())",
+    );
+    let session = Session::in_memory().unwrap();
+    let dsn = pg.dsn("shop");
+    run(&session, &format!("ATTACH '{dsn}' AS dk (TYPE postgres)")).await;
+    // The serial, the identity (which refuses any value), the text default and now() are
+    // filled by Postgres; a column without a default is NULL.
+    run(
+        &session,
+        "INSERT INTO dk.public.defaults_kept (name) VALUES ('a'), ('b')",
+    )
+    .await;
+    // A named column keeps the value given, NULL included, wherever it stands in the list.
+    run(
+        &session,
+        "INSERT INTO dk.public.defaults_kept (status, name) \
+         SELECT CASE WHEN value = 1 THEN 'done' END, 'c' || value FROM generate_series(1, 2)",
+    )
+    .await;
+    assert_eq!(
+        pg.psql(
+            "shop",
+            "SELECT string_agg(concat_ws(':', id, name, coalesce(status, 'NULL'), code, \
+             coalesce(note, 'NULL'), at > now() - interval '1 hour'), ',' ORDER BY id) \
+             FROM defaults_kept"
+        ),
+        "1:a:new:100:NULL:t,2:b:new:101:NULL:t,3:c1:done:102:NULL:t,4:c2:NULL:103:NULL:t"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_table_as_writes_a_new_postgres_table() {
     let Some(pg) = common::cluster() else { return };
     let session = Session::in_memory().unwrap();
