@@ -6,8 +6,8 @@
 //! replaces those with quiver-functions' [`widening`](quiver_functions::widening) aggregates,
 //! which read the integer column as it is — SUM and AVG only without GROUP BY, where that array
 //! is most of the work — and `count_rows`, which only asks its argument for its length, given
-//! a column the aggregation reads anyway (a key, or another aggregate's argument). The output columns keep their names and
-//! types; AVG's sum becomes exact (DataFusion adds floats).
+//! a column the aggregation reads anyway (a key, or another aggregate's argument). The output
+//! columns keep their names and types; AVG's sum becomes exact (DataFusion adds floats).
 //!
 //! Measured over ClickBench's 5M-row `hits` DataFrame: `SELECT sum(AdvEngineID), count(*),
 //! avg(ResolutionWidth) FROM hits` 6.6 → 2.0 ms and `SELECT avg(UserID) FROM hits` 6.1 → 2.3 ms.

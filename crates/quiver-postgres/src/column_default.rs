@@ -1,8 +1,9 @@
 //! An INSERT into a Postgres table leaves the columns it does not name to Postgres.
 //!
 //! DataFusion plans `INSERT INTO pg.t (b) ...` by projecting every column the statement leaves
-//! out to the table's [`get_column_default`](datafusion::catalog::TableProvider::get_column_default)
-//! (NULL when there is none) and hands the sink whole rows. A Postgres default is server-side
+//! out to the table's
+//! [`get_column_default`](datafusion::catalog::TableProvider::get_column_default) (NULL when
+//! there is none) and hands the sink whole rows. A Postgres default is server-side
 //! SQL — `nextval(...)` of a serial, an identity, `now()` — that quiver cannot evaluate, and a
 //! NULL in its place would lose it. So a Postgres table answers with a marker,
 //! `postgres_column_default(<typed NULL>)`; [`omit_defaulted_columns`] finds the markers in
@@ -11,7 +12,7 @@
 //! its own INSERT would. A marker anywhere else that reaches execution is an error, never a
 //! silent NULL.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
@@ -20,8 +21,7 @@ use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
-use datafusion::physical_expr::expressions::Literal;
-use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::{replace_children_if_necessary, ExecutionPlan};
 
@@ -64,13 +64,15 @@ impl ScalarUDFImpl for ColumnDefault {
 /// NULL gets an untyped one: DataFusion then casts the marker, which hides it from
 /// [`omit_defaulted_columns`], so such an INSERT fails rather than writing NULLs.)
 pub fn default_marker(field: &Field) -> Expr {
-    let udf = ScalarUDF::new_from_impl(ColumnDefault {
-        // Volatile: never evaluated at planning, never folded into a constant.
-        signature: Signature::any(1, Volatility::Volatile),
+    static MARKER: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+        Arc::new(ScalarUDF::new_from_impl(ColumnDefault {
+            // Volatile: never evaluated at planning, never folded into a constant.
+            signature: Signature::any(1, Volatility::Volatile),
+        }))
     });
     let null = ScalarValue::try_from(field.data_type()).unwrap_or(ScalarValue::Null);
     Expr::ScalarFunction(ScalarFunction::new_udf(
-        Arc::new(udf),
+        Arc::clone(&MARKER),
         vec![Expr::Literal(null, None)],
     ))
 }
@@ -103,17 +105,15 @@ pub fn omit_defaulted_columns(
             .iter()
             .enumerate()
             .map(|(index, projected)| {
-                let Some(function) = projected.expr.downcast_ref::<ScalarFunctionExpr>() else {
-                    return projected.clone();
+                // The marker's one argument is the column's typed NULL, which takes its place.
+                let null = match projected.expr.downcast_ref::<ScalarFunctionExpr>() {
+                    Some(function) if function.name() == NAME => match function.args() {
+                        [null] => Arc::clone(null),
+                        _ => return projected.clone(),
+                    },
+                    _ => return projected.clone(),
                 };
-                if function.name() != NAME {
-                    return projected.clone();
-                }
                 omitted.push(index);
-                let null: Arc<dyn PhysicalExpr> = match function.args() {
-                    [arg] => Arc::clone(arg),
-                    _ => Arc::new(Literal::new(ScalarValue::Null)),
-                };
                 ProjectionExpr {
                     expr: null,
                     alias: projected.alias.clone(),
