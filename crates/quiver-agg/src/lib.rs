@@ -17,15 +17,21 @@
 //!
 //! [`FrozenKeysRule`] handles the other cheap GROUP BY: `GROUP BY … LIMIT n` with no ORDER BY
 //! aggregates only the first `n` keys some thread sees ([`frozen_keys`]).
+//!
+//! [`RadixAggregateRule`] takes the remaining hash GROUP BYs: [`RadixAggregateExec`]
+//! aggregates like DataFusion while the keys are few and splits them into hash buckets, each
+//! aggregated in cache, once they are many ([`radix`]).
 
 pub mod bounds;
 mod direct;
 pub mod exec;
 pub mod frozen_keys;
 mod key_loop;
+pub mod radix;
 pub mod remainder;
 pub mod rule;
 
 pub use exec::SmallKeyAggregateExec;
 pub use frozen_keys::{FrozenKeysExec, FrozenKeysRule};
-pub use rule::{SmallKeyAggregateRule, DEFAULT_MAX_SLOTS};
+pub use radix::RadixAggregateExec;
+pub use rule::{RadixAggregateRule, SmallKeyAggregateRule, DEFAULT_MAX_SLOTS};

@@ -33,6 +33,8 @@ use datafusion::physical_plan::{
 
 use crate::bounds::{integer_modulo, key_range};
 use crate::exec::{GroupKey, SmallKeyAggregateExec, TopSlots};
+use crate::frozen_keys::FrozenKeysExec;
+use crate::radix::RadixAggregateExec;
 
 /// The default largest domain, in slots (a `UInt16` key fits exactly).
 pub const DEFAULT_MAX_SLOTS: u64 = 65_536;
@@ -84,69 +86,18 @@ impl SmallKeyAggregateRule {
         }
         let mut rewritten = Vec::with_capacity(children.len());
         for (i, child) in children.into_iter().enumerate() {
-            #[expect(deprecated)]
-            let hash_required = matches!(
-                requirements.get(i),
-                Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
-            );
-            rewritten.push(self.rewrite(child, !hash_required)?);
+            rewritten.push(self.rewrite(child, !hash_required(&requirements, i))?);
         }
         let plan = replace_children_if_necessary(plan, rewritten)?;
         Ok(push_top_into_small_key(&plan)?.unwrap_or(plan))
     }
 
     fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-        let Some(top) = plan.downcast_ref::<AggregateExec>() else {
+        let Some((top, partial, input)) = replaceable_pair(plan) else {
             return Ok(None);
-        };
-        let (partial, input) = match top.mode() {
-            AggregateMode::Final | AggregateMode::FinalPartitioned => {
-                let mut node = Arc::clone(top.input());
-                loop {
-                    let passthrough = node.is::<RepartitionExec>()
-                        || matches!(
-                            node.name(),
-                            "CoalescePartitionsExec" | "CoalesceBatchesExec"
-                        );
-                    if !passthrough {
-                        break;
-                    }
-                    let Some(child) = node.children().first().map(|c| Arc::clone(c)) else {
-                        return Ok(None);
-                    };
-                    node = child;
-                }
-                let Some(partial) = node.downcast_ref::<AggregateExec>() else {
-                    return Ok(None);
-                };
-                if *partial.mode() != AggregateMode::Partial {
-                    return Ok(None);
-                }
-                (partial.clone(), Arc::clone(partial.input()))
-            }
-            AggregateMode::Single | AggregateMode::SinglePartitioned => {
-                let mut input = Arc::clone(top.input());
-                if let Some(repartition) = input.downcast_ref::<RepartitionExec>() {
-                    if matches!(repartition.partitioning(), Partitioning::Hash(..)) {
-                        input = Arc::clone(repartition.input());
-                    }
-                }
-                (top.clone(), input)
-            }
-            _ => return Ok(None),
         };
         let group_by = partial.group_expr();
-        if !group_by.is_single() || group_by.expr().is_empty() || partial.limit_options().is_some()
-        {
-            return Ok(None);
-        }
         let aggregates = partial.aggr_expr();
-        let supported = aggregates.iter().all(|a| {
-            a.groups_accumulator_supported() && a.order_bys().is_empty() && !a.is_distinct()
-        });
-        if !supported {
-            return Ok(None);
-        }
         let input_schema = input.schema();
         let mut keys = Vec::with_capacity(group_by.expr().len());
         let mut domain: u64 = 1;
@@ -176,6 +127,69 @@ impl SmallKeyAggregateRule {
         )?;
         Ok(Some(Arc::new(exec)))
     }
+}
+
+/// The aggregation `plan` computes, when quiver's operators can take it over: `plan` is
+/// `AggregateExec(Final | FinalPartitioned)` over (repartition / coalesce) over
+/// `AggregateExec(Partial)`, or `AggregateExec(Single | SinglePartitioned)` (over a hash
+/// repartition, looked through); it has one non-empty grouping set and no group-by LIMIT, and
+/// every aggregate has a `GroupsAccumulator`, no `ORDER BY` and no `DISTINCT`. Returns the top
+/// aggregate, the one holding the aggregates (the partial, or the single one itself), and the
+/// input the replacement reads.
+pub(crate) fn replaceable_pair(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Option<(AggregateExec, AggregateExec, Arc<dyn ExecutionPlan>)> {
+    let top = plan.downcast_ref::<AggregateExec>()?;
+    let (partial, input) = match top.mode() {
+        AggregateMode::Final | AggregateMode::FinalPartitioned => {
+            let mut node = Arc::clone(top.input());
+            loop {
+                let passthrough = node.is::<RepartitionExec>()
+                    || matches!(
+                        node.name(),
+                        "CoalescePartitionsExec" | "CoalesceBatchesExec"
+                    );
+                if !passthrough {
+                    break;
+                }
+                node = Arc::clone(node.children().first()?);
+            }
+            let partial = node.downcast_ref::<AggregateExec>()?;
+            if *partial.mode() != AggregateMode::Partial {
+                return None;
+            }
+            (partial.clone(), Arc::clone(partial.input()))
+        }
+        AggregateMode::Single | AggregateMode::SinglePartitioned => {
+            let mut input = Arc::clone(top.input());
+            if let Some(repartition) = input.downcast_ref::<RepartitionExec>() {
+                if matches!(repartition.partitioning(), Partitioning::Hash(..)) {
+                    input = Arc::clone(repartition.input());
+                }
+            }
+            (top.clone(), input)
+        }
+        _ => return None,
+    };
+    let group_by = partial.group_expr();
+    if !group_by.is_single() || group_by.expr().is_empty() || partial.limit_options().is_some() {
+        return None;
+    }
+    let supported = partial
+        .aggr_expr()
+        .iter()
+        .all(|a| a.groups_accumulator_supported() && a.order_bys().is_empty() && !a.is_distinct());
+    supported.then(|| (top.clone(), partial, input))
+}
+
+/// Whether a hash partitioning is required of child `i` by `requirements`.
+pub(crate) fn hash_required(requirements: &[Distribution], i: usize) -> bool {
+    #[expect(deprecated)]
+    let required = matches!(
+        requirements.get(i),
+        Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
+    );
+    required
 }
 
 /// `SortExec(fetch = n)` ordering by a prefix of the keys, all `ASC NULLS LAST` or all
@@ -235,6 +249,86 @@ impl PhysicalOptimizerRule for SmallKeyAggregateRule {
 
     fn name(&self) -> &str {
         "small_key_aggregate"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Replaces the hash aggregations [`SmallKeyAggregateRule`] left with [`RadixAggregateExec`],
+/// which aggregates like DataFusion while the keys are few and partitions them by hash once
+/// they are many (see [`crate::radix`]). It takes the same aggregation shapes
+/// ([`replaceable_pair`]), with a bounded input, keys DataFusion can hash and group, and a
+/// parent not requiring hash partitioning on the output; not the gated aggregation of
+/// [`FrozenKeysRule`](crate::FrozenKeysRule), which keeps few groups by construction.
+/// Register it after that rule and [`SmallKeyAggregateRule`].
+#[derive(Debug, Clone, Default)]
+pub struct RadixAggregateRule;
+
+impl RadixAggregateRule {
+    fn rewrite(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        allowed: bool,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if allowed {
+            if let Some(replacement) = self.try_replace(&plan)? {
+                return Ok(replacement);
+            }
+        }
+        let requirements = plan.input_distribution_requirements().into_per_child();
+        let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+        if children.is_empty() {
+            return Ok(plan);
+        }
+        let mut rewritten = Vec::with_capacity(children.len());
+        for (i, child) in children.into_iter().enumerate() {
+            rewritten.push(self.rewrite(child, !hash_required(&requirements, i))?);
+        }
+        replace_children_if_necessary(plan, rewritten)
+    }
+
+    fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some((top, partial, input)) = replaceable_pair(plan) else {
+            return Ok(None);
+        };
+        if input.boundedness().is_unbounded() || input.is::<FrozenKeysExec>() {
+            return Ok(None);
+        }
+        let keys = partial
+            .group_expr()
+            .expr()
+            .iter()
+            .map(|(e, name)| (Arc::clone(e), name.clone()))
+            .collect();
+        let input = self.rewrite(input, true)?;
+        // A key type the bucket hash or DataFusion's group tables refuse: leave the plan.
+        let Ok(exec) = RadixAggregateExec::try_new(
+            input,
+            keys,
+            partial.aggr_expr().to_vec(),
+            partial.filter_expr().to_vec(),
+            top.schema(),
+            plan.output_partitioning().partition_count(),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(exec)))
+    }
+}
+
+impl PhysicalOptimizerRule for RadixAggregateRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.rewrite(plan, true)
+    }
+
+    fn name(&self) -> &str {
+        "radix_aggregate"
     }
 
     fn schema_check(&self) -> bool {

@@ -119,8 +119,9 @@ impl Session {
         let runtime = runtime.build_arc().map_err(QuiverError::from)?;
         // Join sides by rows runs right after DataFusion's join selection, before anything
         // wires run-time filters from build to probe sides. quiver's other physical rules run
-        // after DataFusion's: the small-key GROUP BY path, the GROUP BY … LIMIT key freeze, and
-        // Top-K over wide Parquet scans reading the wide columns late.
+        // after DataFusion's: the small-key GROUP BY path, the GROUP BY … LIMIT key freeze, the
+        // radix GROUP BY for many keys, and Top-K over wide Parquet scans reading the wide
+        // columns late.
         let mut rules = PhysicalOptimizer::new().rules;
         let after_join_selection = rules
             .iter()
@@ -149,16 +150,21 @@ impl Session {
         // Last: SUM/AVG of integers and COUNT(*) without the arrays DataFusion's coercions
         // and literals fill per batch, once every rule matching those aggregates by name ran.
         logical_rules.push(Arc::new(crate::widen_aggregates::WidenAggregates));
+        rules.push(Arc::new(quiver_agg::SmallKeyAggregateRule::new()));
+        rules.push(Arc::new(quiver_agg::FrozenKeysRule));
+        // The radix GROUP BY holds the rows of many keys in memory and cannot spill: under a
+        // memory limit DataFusion's aggregation, which can, stays.
+        if options.memory_limit.is_none() {
+            rules.push(Arc::new(quiver_agg::RadixAggregateRule));
+        }
+        rules.push(Arc::new(crate::topk::TopKThresholdRule));
+        rules.push(Arc::new(crate::conjunction::ConjunctionFilterRule));
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .with_optimizer_rules(logical_rules)
             .with_physical_optimizer_rules(rules)
-            .with_physical_optimizer_rule(Arc::new(quiver_agg::SmallKeyAggregateRule::new()))
-            .with_physical_optimizer_rule(Arc::new(quiver_agg::FrozenKeysRule))
-            .with_physical_optimizer_rule(Arc::new(crate::topk::TopKThresholdRule))
-            .with_physical_optimizer_rule(Arc::new(crate::conjunction::ConjunctionFilterRule))
             .build();
         let ctx = SessionContext::new_with_state(state);
 

@@ -7,7 +7,7 @@
 use crate::support::{datafusion_text, quiver_text, run};
 
 use datafusion::prelude::SessionContext;
-use quiver_core::Session;
+use quiver_core::{Session, SessionOptions};
 
 const SETUP: [&str; 3] = [
     "SET datafusion.execution.batch_size = 1000",
@@ -29,7 +29,11 @@ const SETUP: [&str; 3] = [
 ];
 
 async fn sessions() -> (Session, SessionContext) {
-    let session = Session::in_memory().unwrap();
+    sessions_with(SessionOptions::default()).await
+}
+
+async fn sessions_with(options: SessionOptions) -> (Session, SessionContext) {
+    let session = Session::open(options).await.unwrap();
     // A rule that fails is otherwise skipped without a word.
     run(
         &session,
@@ -108,7 +112,14 @@ async fn widened_sums_averages_and_counts_equal_datafusion_s_answers() {
         );
     }
 
-    // Without a partial phase for many groups (each row becomes its own partial state).
+    // Without a partial phase for many groups (each row becomes its own partial state): that is
+    // DataFusion's hash aggregation, which quiver keeps under a memory limit (the radix one,
+    // holding many groups' rows, cannot spill).
+    let (session, ctx) = sessions_with(SessionOptions {
+        memory_limit: Some(1 << 32),
+        ..SessionOptions::default()
+    })
+    .await;
     for sql in [
         "SET datafusion.execution.skip_partial_aggregation_probe_rows_threshold = 10",
         "SET datafusion.execution.skip_partial_aggregation_probe_ratio_threshold = 0.0",
@@ -123,6 +134,7 @@ async fn widened_sums_averages_and_counts_equal_datafusion_s_answers() {
     ] {
         let plan = quiver_text(&session, &format!("EXPLAIN ANALYZE {sql}")).await;
         assert!(plan.contains("skipped_aggregation_rows"), "{plan}");
+        assert!(!plan.contains("RadixAggregateExec"), "{plan}");
         assert_eq!(
             quiver_text(&session, sql).await,
             datafusion_text(&ctx, sql).await,
@@ -199,4 +211,33 @@ async fn averages_of_64_bit_integers_are_exact() {
     )
     .await;
     assert!(text.contains("| true | true |"), "{text}");
+}
+
+/// Many groups: every partition passes the radix GROUP BY's switch point, so the widened
+/// accumulators both take raw rows and merge partial states in one table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_groups_through_the_radix_path_equal_datafusion_s_answers() {
+    let session = Session::in_memory().unwrap();
+    let ctx = SessionContext::new();
+    for sql in [
+        "SET datafusion.execution.target_partitions = 4",
+        "CREATE TABLE big AS
+            SELECT value * 7919 % 100003 AS k,
+                   CAST(value % 30000 - 15000 AS SMALLINT) AS i16,
+                   CASE WHEN value % 5 = 0 THEN NULL ELSE CAST(value % 200 - 100 AS TINYINT) END AS i8,
+                   value % 7 AS g
+            FROM generate_series(1, 400000)",
+    ] {
+        run(&session, sql).await;
+        datafusion_text(&ctx, sql).await;
+    }
+    let sql = "SELECT k, sum(i16) AS s, round(avg(i8), 6) AS a, count(*) AS c,
+                      count(*) FILTER (WHERE g <> 1) AS cf, sum(i8) FILTER (WHERE g > 2) AS sf
+               FROM big GROUP BY k ORDER BY k";
+    let plan = quiver_text(&session, &format!("EXPLAIN {sql}")).await;
+    assert!(plan.contains("RadixAggregateExec"), "{plan}");
+    assert_eq!(
+        quiver_text(&session, sql).await,
+        datafusion_text(&ctx, sql).await
+    );
 }

@@ -1,0 +1,666 @@
+//! [`RadixAggregateExec`]: hash GROUP BY that stays in cache when the keys are many.
+//!
+//! DataFusion's two-phase hash aggregation gives every input partition one hash table over
+//! all the keys it sees. With half a million distinct `UserID`s each table outgrows the CPU
+//! caches and every row pays two or three cache misses (the table, the stored key, the
+//! accumulator state), and the final phase merges tables about as large again. Polars and
+//! ClickHouse (its two-level hash table) split the keys by hash first. This operator does
+//! the same, and only when the keys turn out to be many:
+//!
+//! **Phase 1, per input partition.** Rows are aggregated as DataFusion's partial aggregate
+//! would, into one table (`GroupValues` and `GroupsAccumulator`s). When that table passes
+//! [`SWITCH_GROUPS`] groups, the partition stops adding to it; from then on rows are only
+//! *partitioned*: their keys and aggregate arguments are gathered, a few hundred thousand
+//! rows at a time, into runs ordered by one of [`BUCKETS`] hash buckets (the hash's top bits,
+//! with a seed unlike the tables' own). At the end the table's groups are emitted as partial
+//! states and partitioned the same way. A query whose keys are few never leaves the table,
+//! and partitions only its few state rows.
+//!
+//! **Phase 2.** Buckets are disjoint in their keys, so each is aggregated on its own, with no
+//! merge after: consecutive buckets are gathered into tasks of about [`TASK_ROWS`] rows and
+//! each task builds one small table, updating it with raw rows (`update_batch`) and merging
+//! the partial states (`merge_batch`), then evaluates it. Those tables fit in cache.
+//!
+//! The node replaces a Final(Partial) or Single aggregate pair, so its output schema and
+//! partition count are the replaced node's; output partition `i` returns batches `i, i + P, …`.
+//! Rows buffered in phase 1 are accounted to the query's memory pool: under a memory limit too
+//! small for them the query fails with DataFusion's resources-exhausted error.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{new_empty_array, Array, ArrayRef, AsArray, OffsetSizeTrait, RecordBatch};
+use arrow::compute::interleave;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::common::hash_utils::{create_hashes, RandomState};
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
+use datafusion::common::{internal_err, DataFusionError, Result, ScalarValue};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
+use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
+use datafusion::physical_plan::aggregates::order::GroupOrdering;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties, SendableRecordBatchStream,
+};
+use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::StreamExt;
+
+/// Groups one partition's table may hold before the partition switches to partitioning rows.
+/// About where a DataFusion table (key, hash, index, states: 40–60 bytes a group) stops
+/// fitting in a core's L2 cache.
+pub const SWITCH_GROUPS: usize = 32_768;
+
+/// Hash buckets (a power of two): enough that a bucket of even millions of keys is small.
+pub const BUCKETS: usize = 256;
+const BUCKET_BITS: u32 = BUCKETS.trailing_zeros();
+
+/// Rows gathered before they are partitioned at once (bucket slices of ~1000 rows).
+const FLUSH_ROWS: usize = 256 * 1024;
+
+/// Rows (raw or state) one phase-2 task aggregates at most, in whole buckets.
+pub const TASK_ROWS: usize = 128 * 1024;
+
+/// Rows below which phase 2 does not split the work further.
+const MIN_TASK_ROWS: usize = 2048;
+
+/// A string or binary key longer than this on average (bytes) keeps a partition in its one
+/// table: partitioning would hash and move every key's bytes once more, and the table's
+/// own cost is in those bytes more than in its cache misses. (12 is what a string view
+/// holds inline.)
+const MAX_KEY_BYTES: usize = 12;
+
+/// The bucket hash: a seed unlike DataFusion's tables', so the top bits a bucket shares do not
+/// crowd its own table's tags.
+const BUCKET_SEED: RandomState = RandomState::with_seed(0x7175_6976_6572_6167);
+
+/// Where an aggregate's argument comes from in a partitioned raw row.
+#[derive(Debug, Clone)]
+enum Argument {
+    /// A gathered column (its index among the carried columns).
+    Column(usize),
+    /// A literal (`count(*)`'s `1`): not carried, rebuilt per slice.
+    Literal(ScalarValue),
+}
+
+/// One aggregate's inputs: arguments and FILTER column, and where its states are in a
+/// partitioned state row.
+#[derive(Debug, Clone)]
+struct Inputs {
+    arguments: Vec<Argument>,
+    filter: Option<usize>,
+    states: std::ops::Range<usize>,
+}
+
+/// What every task needs.
+#[derive(Debug)]
+struct Spec {
+    keys: Vec<(Arc<dyn PhysicalExpr>, String)>,
+    key_schema: SchemaRef,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+    inputs: Vec<Inputs>,
+    /// The expressions whose values a raw row carries after its keys, in column order.
+    carried: Vec<Arc<dyn PhysicalExpr>>,
+    schema: SchemaRef,
+    switch_groups: usize,
+}
+
+impl Spec {
+    fn accumulators(&self) -> Result<Vec<Box<dyn GroupsAccumulator>>> {
+        self.aggregates
+            .iter()
+            .map(|a| a.create_groups_accumulator())
+            .collect()
+    }
+
+    fn group_values(&self) -> Result<Box<dyn GroupValues>> {
+        new_group_values(Arc::clone(&self.key_schema), &GroupOrdering::None)
+    }
+}
+
+/// Rows of one bucket: raw rows (keys, then the carried columns) or partial states (keys,
+/// then every aggregate's state columns).
+struct Slice {
+    states: bool,
+    columns: Vec<ArrayRef>,
+}
+
+impl Slice {
+    fn rows(&self) -> usize {
+        self.columns.first().map_or(0, |c| c.len())
+    }
+}
+
+type SharedResult =
+    Shared<BoxFuture<'static, std::result::Result<Arc<Vec<RecordBatch>>, Arc<DataFusionError>>>>;
+
+/// The radix-partitioned hash aggregation operator (see the module docs).
+pub struct RadixAggregateExec {
+    input: Arc<dyn ExecutionPlan>,
+    spec: Arc<Spec>,
+    properties: Arc<PlanProperties>,
+    run: Mutex<(Option<SharedResult>, usize)>,
+}
+
+impl fmt::Debug for RadixAggregateExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RadixAggregateExec")
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl RadixAggregateExec {
+    /// An operator over `input` grouping by `keys` and producing `schema` (group columns, then
+    /// one column per aggregate, as DataFusion's final aggregate does) in `output_partitions`
+    /// partitions. Fails when a key's type cannot be hashed or grouped.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        keys: Vec<(Arc<dyn PhysicalExpr>, String)>,
+        aggregates: Vec<Arc<AggregateFunctionExpr>>,
+        filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
+        schema: SchemaRef,
+        output_partitions: usize,
+    ) -> Result<Self> {
+        if schema.fields().len() != keys.len() + aggregates.len()
+            || filters.len() != aggregates.len()
+        {
+            return internal_err!(
+                "radix aggregation: schema has {} columns for {} keys and {} aggregates",
+                schema.fields().len(),
+                keys.len(),
+                aggregates.len()
+            );
+        }
+        let key_schema = Arc::new(Schema::new(
+            schema
+                .fields()
+                .iter()
+                .take(keys.len())
+                .cloned()
+                .collect::<Vec<_>>(),
+        ));
+        // Both must accept the key types: the bucket hash and DataFusion's group tables.
+        let empty: Vec<ArrayRef> = key_schema
+            .fields()
+            .iter()
+            .map(|f| new_empty_array(f.data_type()))
+            .collect();
+        create_hashes(&empty, &BUCKET_SEED, &mut [])?;
+        new_group_values(Arc::clone(&key_schema), &GroupOrdering::None)?;
+
+        let mut carried: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
+        let mut inputs = Vec::with_capacity(aggregates.len());
+        let mut state_at = keys.len();
+        for (aggregate, filter) in aggregates.iter().zip(&filters) {
+            let arguments = aggregate
+                .expressions()
+                .into_iter()
+                .map(|e| match e.downcast_ref::<Literal>() {
+                    Some(literal) => Argument::Literal(literal.value().clone()),
+                    None => {
+                        carried.push(e);
+                        Argument::Column(keys.len() + carried.len() - 1)
+                    }
+                })
+                .collect();
+            let filter = filter.as_ref().map(|f| {
+                carried.push(Arc::clone(f));
+                keys.len() + carried.len() - 1
+            });
+            let states = aggregate.state_fields()?.len();
+            inputs.push(Inputs {
+                arguments,
+                filter,
+                states: state_at..state_at + states,
+            });
+            state_at += states;
+        }
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&schema)),
+            Partitioning::UnknownPartitioning(output_partitions.max(1)),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        Ok(RadixAggregateExec {
+            input,
+            spec: Arc::new(Spec {
+                keys,
+                key_schema,
+                aggregates,
+                filters,
+                inputs,
+                carried,
+                schema,
+                switch_groups: SWITCH_GROUPS,
+            }),
+            properties: Arc::new(properties),
+            run: Mutex::new((None, 0)),
+        })
+    }
+
+    fn output_partitions(&self) -> usize {
+        self.properties.partitioning.partition_count()
+    }
+
+    /// The shared run, started by the first output partition to ask.
+    fn shared_run(&self, context: &Arc<TaskContext>) -> Result<SharedResult> {
+        let mut guard = self
+            .run
+            .lock()
+            .map_err(|_| DataFusionError::Internal("radix aggregation lock poisoned".into()))?;
+        let (run, started) = &mut *guard;
+        let shared = match run {
+            Some(shared) => shared.clone(),
+            None => {
+                let partitions = self.input.output_partitioning().partition_count();
+                let mut tasks = Vec::with_capacity(partitions);
+                for p in 0..partitions {
+                    let stream = self.input.execute(p, Arc::clone(context))?;
+                    let reservation = MemoryConsumer::new(format!("RadixAggregateExec[{p}]"))
+                        .register(context.memory_pool());
+                    tasks.push((stream, reservation));
+                }
+                let spec = Arc::clone(&self.spec);
+                let threads = context.session_config().target_partitions().max(1);
+                let future = async move {
+                    run_all(spec, tasks, threads)
+                        .await
+                        .map(Arc::new)
+                        .map_err(Arc::new)
+                };
+                let shared = future.boxed().shared();
+                *run = Some(shared.clone());
+                shared
+            }
+        };
+        *started += 1;
+        // Every output partition has its handle: a later execution starts afresh.
+        if *started >= self.output_partitions() {
+            *run = None;
+            *started = 0;
+        }
+        Ok(shared)
+    }
+}
+
+async fn run_all(
+    spec: Arc<Spec>,
+    inputs: Vec<(SendableRecordBatchStream, MemoryReservation)>,
+    threads: usize,
+) -> Result<Vec<RecordBatch>> {
+    let tasks: Vec<SpawnedTask<Result<Partitioned>>> = inputs
+        .into_iter()
+        .map(|(stream, reservation)| {
+            SpawnedTask::spawn(partition_input(Arc::clone(&spec), stream, reservation))
+        })
+        .collect();
+    let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
+    // The reservations live until the buffered rows are aggregated.
+    let mut reservations = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let (slices, reservation) = task.join().await.map_err(|e| {
+            DataFusionError::Execution(format!("radix aggregation task failed: {e}"))
+        })??;
+        for (bucket, mut mine) in buckets.iter_mut().zip(slices) {
+            bucket.append(&mut mine);
+        }
+        reservations.push(reservation);
+    }
+    // Whole buckets, in order, at most about `TASK_ROWS` rows a task, and a few tasks a
+    // thread however few the rows (merging states such as COUNT(DISTINCT)'s sets is costly
+    // per row), but not for mere hundreds of rows.
+    let total: usize = buckets.iter().flatten().map(Slice::rows).sum();
+    let per_task = total
+        .div_ceil(4 * threads)
+        .clamp(MIN_TASK_ROWS, TASK_ROWS.max(MIN_TASK_ROWS));
+    let mut groups: Vec<Vec<Slice>> = Vec::new();
+    let mut current: Vec<Slice> = Vec::new();
+    let mut rows = 0;
+    for bucket in buckets {
+        rows += bucket.iter().map(Slice::rows).sum::<usize>();
+        current.extend(bucket);
+        if rows >= per_task {
+            groups.push(std::mem::take(&mut current));
+            rows = 0;
+        }
+    }
+    if !current.is_empty() {
+        groups.push(current);
+    }
+    let aggregations: Vec<SpawnedTask<Result<Option<RecordBatch>>>> = groups
+        .into_iter()
+        .map(|slices| {
+            let spec = Arc::clone(&spec);
+            SpawnedTask::spawn(async move { aggregate_slices(&spec, slices) })
+        })
+        .collect();
+    let mut batches = Vec::with_capacity(aggregations.len());
+    for aggregation in aggregations {
+        let batch = aggregation.join().await.map_err(|e| {
+            DataFusionError::Execution(format!("radix aggregation task failed: {e}"))
+        })??;
+        batches.extend(batch);
+    }
+    drop(reservations);
+    Ok(batches)
+}
+
+/// One input partition's rows, as slices per bucket, and the memory they hold.
+type Partitioned = (Vec<Vec<Slice>>, MemoryReservation);
+
+/// The rows one input partition has gathered but not yet partitioned.
+struct Pending {
+    batches: Vec<Vec<ArrayRef>>,
+    rows: usize,
+}
+
+/// Phase 1 for one input partition: aggregate into one table until it is too large, then
+/// partition the rest; return every bucket's slices.
+async fn partition_input(
+    spec: Arc<Spec>,
+    mut stream: SendableRecordBatchStream,
+    reservation: MemoryReservation,
+) -> Result<Partitioned> {
+    let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
+    let mut table = Some((spec.group_values()?, spec.accumulators()?));
+    let mut switched = false;
+    let mut groups = Vec::new();
+    let mut pending = Pending {
+        batches: Vec::new(),
+        rows: 0,
+    };
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let rows = batch.num_rows();
+        if rows == 0 {
+            continue;
+        }
+        let mut columns = Vec::with_capacity(spec.keys.len() + spec.carried.len());
+        for (expr, _) in &spec.keys {
+            columns.push(expr.evaluate(&batch)?.into_array(rows)?);
+        }
+        for expr in &spec.carried {
+            columns.push(expr.evaluate(&batch)?.into_array(rows)?);
+        }
+        match &mut table {
+            Some((values, accumulators)) if !switched => {
+                values.intern(&columns[..spec.keys.len()], &mut groups)?;
+                let total = values.len();
+                for (accumulator, inputs) in accumulators.iter_mut().zip(&spec.inputs) {
+                    let arguments = arguments(inputs, &columns, rows)?;
+                    let filter = inputs.filter.map(|f| columns[f].as_boolean());
+                    accumulator.update_batch(&arguments, &groups, filter, total)?;
+                }
+                switched = total > spec.switch_groups && short_keys(&columns[..spec.keys.len()]);
+            }
+            _ => {
+                reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
+                pending.rows += rows;
+                pending.batches.push(columns);
+                if pending.rows >= FLUSH_ROWS {
+                    let batches = std::mem::take(&mut pending.batches);
+                    pending.rows = 0;
+                    partition(&batches, spec.keys.len(), false, &mut buckets)?;
+                }
+            }
+        }
+    }
+    if !pending.batches.is_empty() {
+        partition(&pending.batches, spec.keys.len(), false, &mut buckets)?;
+    }
+    if let Some((mut values, accumulators)) = table {
+        if !values.is_empty() {
+            let mut columns = values.emit(EmitTo::All)?;
+            for mut accumulator in accumulators {
+                columns.extend(accumulator.state(EmitTo::All)?);
+            }
+            reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
+            partition(&[columns], spec.keys.len(), true, &mut buckets)?;
+        }
+    }
+    Ok((buckets, reservation))
+}
+
+/// Whether every string or binary key of a batch is at most [`MAX_KEY_BYTES`] long on average.
+fn short_keys(keys: &[ArrayRef]) -> bool {
+    keys.iter().all(|key| {
+        let rows = key.len().max(1);
+        let bytes = match key.data_type() {
+            DataType::Utf8View => key.as_string_view().lengths().map(|l| l as usize).sum(),
+            DataType::BinaryView => key.as_binary_view().lengths().map(|l| l as usize).sum(),
+            DataType::Utf8 => spanned(key.as_string::<i32>().value_offsets()),
+            DataType::LargeUtf8 => spanned(key.as_string::<i64>().value_offsets()),
+            DataType::Binary => spanned(key.as_binary::<i32>().value_offsets()),
+            DataType::LargeBinary => spanned(key.as_binary::<i64>().value_offsets()),
+            _ => 0,
+        };
+        bytes <= MAX_KEY_BYTES * rows
+    })
+}
+
+/// The bytes an offsets buffer spans.
+fn spanned<O: OffsetSizeTrait>(offsets: &[O]) -> usize {
+    match (offsets.first(), offsets.last()) {
+        (Some(first), Some(last)) => (*last - *first).as_usize(),
+        _ => 0,
+    }
+}
+
+/// An aggregate's argument arrays for `rows` rows of `columns`.
+fn arguments(inputs: &Inputs, columns: &[ArrayRef], rows: usize) -> Result<Vec<ArrayRef>> {
+    inputs
+        .arguments
+        .iter()
+        .map(|argument| match argument {
+            Argument::Column(c) => Ok(Arc::clone(&columns[*c])),
+            Argument::Literal(value) => value.to_array_of_size(rows),
+        })
+        .collect()
+}
+
+/// Gathers the rows of `batches` (each a list of equally long columns, keys first) in bucket
+/// order, and appends each bucket's run to its slices.
+fn partition(
+    batches: &[Vec<ArrayRef>],
+    key_count: usize,
+    states: bool,
+    buckets: &mut [Vec<Slice>],
+) -> Result<()> {
+    let total: usize = batches.iter().map(|b| b[0].len()).sum();
+    let mut bucket_of = Vec::with_capacity(total);
+    let mut hashes = Vec::new();
+    let mut counts = [0usize; BUCKETS];
+    for batch in batches {
+        hashes.clear();
+        hashes.resize(batch[0].len(), 0);
+        create_hashes(&batch[..key_count], &BUCKET_SEED, &mut hashes)?;
+        for &hash in &hashes {
+            let bucket = (hash >> (64 - BUCKET_BITS)) as u8;
+            counts[bucket as usize] += 1;
+            bucket_of.push(bucket);
+        }
+    }
+    let mut starts = [0usize; BUCKETS];
+    let mut at = 0;
+    for (start, &count) in starts.iter_mut().zip(&counts) {
+        *start = at;
+        at += count;
+    }
+    let mut next = starts;
+    let mut order = vec![(0usize, 0usize); total];
+    let mut rows = bucket_of.iter();
+    for (b, batch) in batches.iter().enumerate() {
+        for row in 0..batch[0].len() {
+            let Some(&bucket) = rows.next() else {
+                return internal_err!("radix aggregation: bucket count mismatch");
+            };
+            let slot = &mut next[bucket as usize];
+            order[*slot] = (b, row);
+            *slot += 1;
+        }
+    }
+    let columns = batches[0].len();
+    let mut gathered = Vec::with_capacity(columns);
+    for c in 0..columns {
+        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b[c].as_ref()).collect();
+        gathered.push(interleave(&arrays, &order)?);
+    }
+    for (bucket, (&start, &count)) in starts.iter().zip(&counts).enumerate() {
+        if count == 0 {
+            continue;
+        }
+        buckets[bucket].push(Slice {
+            states,
+            columns: gathered.iter().map(|a| a.slice(start, count)).collect(),
+        });
+    }
+    Ok(())
+}
+
+/// Phase 2: aggregates whole buckets' slices into one table and evaluates it.
+fn aggregate_slices(spec: &Spec, slices: Vec<Slice>) -> Result<Option<RecordBatch>> {
+    let mut values = spec.group_values()?;
+    let mut accumulators = spec.accumulators()?;
+    let mut groups = Vec::new();
+    let keys = spec.keys.len();
+    for slice in &slices {
+        let rows = slice.rows();
+        values.intern(&slice.columns[..keys], &mut groups)?;
+        let total = values.len();
+        for (accumulator, inputs) in accumulators.iter_mut().zip(&spec.inputs) {
+            if slice.states {
+                let Some(states) = slice.columns.get(inputs.states.clone()) else {
+                    return internal_err!("radix aggregation: state columns missing");
+                };
+                accumulator.merge_batch(states, &groups, total)?;
+            } else {
+                let arguments = arguments(inputs, &slice.columns, rows)?;
+                let filter = inputs.filter.map(|f| slice.columns[f].as_boolean());
+                accumulator.update_batch(&arguments, &groups, filter, total)?;
+            }
+        }
+    }
+    if values.is_empty() {
+        return Ok(None);
+    }
+    let mut columns = values.emit(EmitTo::All)?;
+    for mut accumulator in accumulators {
+        columns.push(accumulator.evaluate(EmitTo::All)?);
+    }
+    Ok(Some(RecordBatch::try_new(
+        Arc::clone(&spec.schema),
+        columns,
+    )?))
+}
+
+impl DisplayAs for RadixAggregateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let keys: Vec<String> = self
+            .spec
+            .keys
+            .iter()
+            .map(|(expr, name)| format!("{expr} as {name}"))
+            .collect();
+        let aggregates: Vec<&str> = self.spec.aggregates.iter().map(|a| a.name()).collect();
+        write!(
+            f,
+            "RadixAggregateExec: gby=[{}], aggr=[{}], buckets={}, switch_at={}",
+            keys.join(", "),
+            aggregates.join(", "),
+            BUCKETS,
+            self.spec.switch_groups
+        )
+    }
+}
+
+impl ExecutionPlan for RadixAggregateExec {
+    fn name(&self) -> &str {
+        "RadixAggregateExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> =
+            self.spec.keys.iter().map(|(e, _)| Arc::clone(e)).collect();
+        for aggregate in &self.spec.aggregates {
+            exprs.extend(aggregate.expressions());
+        }
+        exprs.extend(self.spec.filters.iter().flatten().cloned());
+        exprs.iter().apply_until_stop(f)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children)
+            .map_err(|_| DataFusionError::Internal("RadixAggregateExec has one child".into()))?;
+        Ok(Arc::new(RadixAggregateExec {
+            input,
+            spec: Arc::clone(&self.spec),
+            properties: Arc::clone(&self.properties),
+            run: Mutex::new((None, 0)),
+        }))
+    }
+
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(RadixAggregateExec {
+            input: Arc::clone(&self.input),
+            spec: Arc::clone(&self.spec),
+            properties: Arc::clone(&self.properties),
+            run: Mutex::new((None, 0)),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let partitions = self.output_partitions();
+        if partition >= partitions {
+            return internal_err!(
+                "RadixAggregateExec has {partitions} partitions, asked for {partition}"
+            );
+        }
+        let shared = self.shared_run(&context)?;
+        let stream = futures::stream::once(async move {
+            let batches = shared.await.map_err(DataFusionError::Shared)?;
+            let mine: Vec<Result<RecordBatch>> = batches
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % partitions == partition)
+                .map(|(_, b)| Ok(b.clone()))
+                .collect();
+            Ok::<_, DataFusionError>(mine)
+        })
+        .map(|outcome| match outcome {
+            Ok(batches) => futures::stream::iter(batches),
+            Err(error) => futures::stream::iter(vec![Err(error)]),
+        })
+        .flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.spec.schema),
+            stream,
+        )))
+    }
+}

@@ -1,0 +1,180 @@
+//! Property tests: [`RadixAggregateExec`] returns exactly what DataFusion's hash aggregation
+//! returns — with keys few enough to stay in one table and many enough to switch to hash
+//! buckets, integer, string and multi-column keys, NULL keys and values, FILTER clauses,
+//! empty input — and the rule really chose it, so a silent fallback cannot make a test pass.
+// Helpers outside #[test] functions may fail loudly too: this is test code.
+#![allow(clippy::expect_used)]
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::datasource::MemTable;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use quiver_agg::radix::SWITCH_GROUPS;
+use quiver_agg::RadixAggregateRule;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("f", DataType::Float64, true),
+        Field::new("b", DataType::Boolean, true),
+    ]))
+}
+
+/// `rows` random rows with keys in `0..keys`; `null_rate` of every column is NULL.
+fn batch(rng: &mut StdRng, rows: usize, keys: i64, null_rate: f64) -> RecordBatch {
+    let k: Int64Array = (0..rows)
+        .map(|_| (!rng.random_bool(null_rate)).then(|| rng.random_range(0..keys)))
+        .collect();
+    let s: StringArray = (0..rows)
+        .map(|_| {
+            (!rng.random_bool(null_rate)).then(|| format!("s{}", rng.random_range(0..keys / 3 + 1)))
+        })
+        .collect();
+    let v: Int64Array = (0..rows)
+        .map(|_| (!rng.random_bool(null_rate)).then(|| rng.random_range(-1_000_000i64..1_000_000)))
+        .collect();
+    // Whole numbers, so sums are exact whatever the order of addition.
+    let f: Float64Array = (0..rows)
+        .map(|_| (!rng.random_bool(null_rate)).then(|| rng.random_range(-1000i64..1000) as f64))
+        .collect();
+    let b: BooleanArray = (0..rows)
+        .map(|_| (!rng.random_bool(null_rate)).then(|| rng.random_bool(0.5)))
+        .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(k),
+        Arc::new(s),
+        Arc::new(v),
+        Arc::new(f),
+        Arc::new(b),
+    ];
+    RecordBatch::try_new(schema(), columns).expect("batch")
+}
+
+fn context(partitions: &[Vec<RecordBatch>], radix: bool, memory: Option<usize>) -> SessionContext {
+    let mut builder = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_target_partitions(4))
+        .with_default_features();
+    if radix {
+        builder = builder.with_physical_optimizer_rule(Arc::new(RadixAggregateRule));
+    }
+    if let Some(limit) = memory {
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(limit, 1.0)
+            .build_arc()
+            .expect("runtime");
+        builder = builder.with_runtime_env(runtime);
+    }
+    let ctx = SessionContext::new_with_state(builder.build());
+    let table = MemTable::try_new(schema(), partitions.to_vec()).expect("table");
+    ctx.register_table("t", Arc::new(table)).expect("register");
+    ctx
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
+    let frame = ctx.sql(sql).await.expect("plan");
+    let plan = frame
+        .clone()
+        .create_physical_plan()
+        .await
+        .expect("physical plan");
+    let plan_text = displayable(plan.as_ref()).indent(true).to_string();
+    let batches = frame.collect().await.expect("run");
+    let text = pretty_format_batches(&batches).expect("format").to_string();
+    (text, plan_text)
+}
+
+const AGGREGATES: &[&str] = &[
+    "count(*) AS c",
+    "count(*) AS c, count(v) AS cv, sum(v) AS sv, min(v) AS lo, max(v) AS hi, avg(f) AS a, \
+     sum(f) FILTER (WHERE v > 0) AS sf, bool_or(b) AS any_b, min(s) AS first_s",
+];
+
+const KEYS: &[&str] = &["k", "s", "k, s", "k % 1000, b"];
+
+async fn check(partitions: Vec<Vec<RecordBatch>>, what: &str) {
+    let hash = context(&partitions, false, None);
+    let radix = context(&partitions, true, None);
+    for aggregates in AGGREGATES {
+        for keys in KEYS {
+            let sql = format!("SELECT {keys}, {aggregates} FROM t GROUP BY {keys} ORDER BY {keys}");
+            let (expected, _) = run(&hash, &sql).await;
+            let (actual, plan) = run(&radix, &sql).await;
+            assert!(
+                plan.contains("RadixAggregateExec"),
+                "{what}: GROUP BY {keys} kept DataFusion's aggregation:\n{plan}"
+            );
+            assert_eq!(actual, expected, "{what}: GROUP BY {keys} differs\n{plan}");
+        }
+    }
+    // DISTINCT without aggregates, and a HAVING over the result.
+    for sql in [
+        "SELECT DISTINCT k, s FROM t ORDER BY k, s",
+        "SELECT k, count(*) AS c FROM t GROUP BY k HAVING count(*) > 2 ORDER BY k",
+    ] {
+        let (expected, _) = run(&hash, sql).await;
+        let (actual, plan) = run(&radix, sql).await;
+        assert!(
+            plan.contains("RadixAggregateExec"),
+            "{what}: {sql}:\n{plan}"
+        );
+        assert_eq!(actual, expected, "{what}: {sql} differs\n{plan}");
+    }
+}
+
+fn partitions(seed: u64, per_partition: usize, keys: i64, null_rate: f64) -> Vec<Vec<RecordBatch>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..3)
+        .map(|_| {
+            (0..per_partition.div_ceil(8192))
+                .map(|_| batch(&mut rng, 8192, keys, null_rate))
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn few_keys_stay_in_one_table_and_match() {
+    check(partitions(1, 20_000, 50, 0.05), "few keys").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_keys_switch_to_buckets_and_match() {
+    // Every partition passes the switch point, so rows are partitioned and table states merged.
+    let keys = 4 * SWITCH_GROUPS as i64;
+    check(partitions(2, 3 * SWITCH_GROUPS, keys, 0.05), "many keys").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_input_and_all_null_keys_match() {
+    check(vec![vec![], vec![]], "empty").await;
+    check(partitions(3, 8192, 10, 1.0), "all NULL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_too_small_for_the_buckets_fails_cleanly() {
+    let keys = 4 * SWITCH_GROUPS as i64;
+    let data = partitions(4, 3 * SWITCH_GROUPS, keys, 0.0);
+    let ctx = context(&data, true, Some(64 * 1024));
+    let error = ctx
+        .sql("SELECT k, s, count(*) FROM t GROUP BY k, s")
+        .await
+        .expect("plan")
+        .collect()
+        .await
+        .expect_err("a 64 KiB pool cannot hold the partitioned rows");
+    assert!(
+        error.to_string().contains("Resources exhausted"),
+        "unexpected error: {error}"
+    );
+}
