@@ -18,7 +18,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{take, take_record_batch};
@@ -31,17 +31,17 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties, SendableRecordBatchStream,
 };
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::FutureExt;
 use futures::StreamExt;
 
 use crate::bounds::KeyRange;
 use crate::direct::{DirectAccumulator, DirectKind};
 use crate::key_loop::{fused_update, Layout};
+use crate::shared_run::SharedRun;
 
 /// One GROUP BY key with its proven range.
 #[derive(Debug, Clone)]
@@ -162,16 +162,13 @@ struct Partial {
     hi: usize,
 }
 
-type SharedResult =
-    Shared<BoxFuture<'static, std::result::Result<Arc<Vec<RecordBatch>>, Arc<DataFusionError>>>>;
-
 /// The small-key aggregation operator (see the module docs).
 pub struct SmallKeyAggregateExec {
     input: Arc<dyn ExecutionPlan>,
     spec: Arc<Spec>,
     properties: Arc<PlanProperties>,
-    /// The run shared by the output partitions, and how many of them have started it.
-    run: Mutex<(Option<SharedResult>, usize)>,
+    /// The run shared by the output partitions.
+    run: SharedRun,
 }
 
 impl fmt::Debug for SmallKeyAggregateExec {
@@ -225,7 +222,7 @@ impl SmallKeyAggregateExec {
                 direct,
             }),
             properties: Arc::new(properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         })
     }
 
@@ -245,7 +242,7 @@ impl SmallKeyAggregateExec {
             input: Arc::clone(&self.input),
             spec: Arc::new(spec),
             properties: Arc::clone(&self.properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         })
     }
 
@@ -261,41 +258,6 @@ impl SmallKeyAggregateExec {
 
     fn output_partitions(&self) -> usize {
         self.properties.partitioning.partition_count()
-    }
-
-    /// The shared run, started by the first output partition to ask.
-    fn shared_run(&self, context: &Arc<TaskContext>) -> Result<SharedResult> {
-        let mut guard = self
-            .run
-            .lock()
-            .map_err(|_| DataFusionError::Internal("small-key aggregation lock poisoned".into()))?;
-        let (run, started) = &mut *guard;
-        let shared = match run {
-            Some(shared) => shared.clone(),
-            None => {
-                let streams = (0..self.input.output_partitioning().partition_count())
-                    .map(|p| self.input.execute(p, Arc::clone(context)))
-                    .collect::<Result<Vec<_>>>()?;
-                let threads = context.session_config().target_partitions().max(1);
-                let spec = Arc::clone(&self.spec);
-                let future = async move {
-                    run_all(spec, streams, threads)
-                        .await
-                        .map(Arc::new)
-                        .map_err(Arc::new)
-                };
-                let shared = future.boxed().shared();
-                *run = Some(shared.clone());
-                shared
-            }
-        };
-        *started += 1;
-        // Every output partition has its handle: a later execution starts afresh.
-        if *started >= self.output_partitions() {
-            *run = None;
-            *started = 0;
-        }
-        Ok(shared)
     }
 }
 
@@ -667,7 +629,7 @@ impl ExecutionPlan for SmallKeyAggregateExec {
             input,
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         }))
     }
 
@@ -676,7 +638,7 @@ impl ExecutionPlan for SmallKeyAggregateExec {
             input: Arc::clone(&self.input),
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         }))
     }
 
@@ -691,25 +653,15 @@ impl ExecutionPlan for SmallKeyAggregateExec {
                 "SmallKeyAggregateExec has {partitions} partitions, asked for {partition}"
             );
         }
-        let shared = self.shared_run(&context)?;
-        let stream = futures::stream::once(async move {
-            let batches = shared.await.map_err(DataFusionError::Shared)?;
-            let mine: Vec<Result<RecordBatch>> = batches
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % partitions == partition)
-                .map(|(_, b)| Ok(b.clone()))
-                .collect();
-            Ok::<_, DataFusionError>(mine)
-        })
-        .map(|outcome| match outcome {
-            Ok(batches) => futures::stream::iter(batches),
-            Err(error) => futures::stream::iter(vec![Err(error)]),
-        })
-        .flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.spec.schema),
-            stream,
-        )))
+        let input = Arc::clone(&self.input);
+        let spec = Arc::clone(&self.spec);
+        self.run
+            .execute(partition, partitions, Arc::clone(&self.spec.schema), || {
+                let streams = (0..input.output_partitioning().partition_count())
+                    .map(|p| input.execute(p, Arc::clone(&context)))
+                    .collect::<Result<Vec<_>>>()?;
+                let threads = context.session_config().target_partitions().max(1);
+                Ok(run_all(spec, streams, threads).boxed())
+            })
     }
 }

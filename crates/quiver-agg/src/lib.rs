@@ -30,6 +30,7 @@ mod key_loop;
 pub mod radix;
 pub mod remainder;
 pub mod rule;
+mod shared_run;
 
 pub use exec::SmallKeyAggregateExec;
 pub use frozen_keys::{FrozenKeysExec, FrozenKeysRule};

@@ -27,7 +27,7 @@
 //! small for them the query fails with DataFusion's resources-exhausted error.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow::array::{new_empty_array, Array, ArrayRef, AsArray, OffsetSizeTrait, RecordBatch};
 use arrow::compute::interleave;
@@ -45,13 +45,14 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties, SendableRecordBatchStream,
 };
-use futures::future::{BoxFuture, FutureExt, Shared};
+use futures::FutureExt;
 use futures::StreamExt;
+
+use crate::shared_run::SharedRun;
 
 /// Groups one partition's table may hold before the partition switches to partitioning rows.
 /// About where a DataFusion table (key, hash, index, states: 40–60 bytes a group) stops
@@ -139,15 +140,12 @@ impl Slice {
     }
 }
 
-type SharedResult =
-    Shared<BoxFuture<'static, std::result::Result<Arc<Vec<RecordBatch>>, Arc<DataFusionError>>>>;
-
 /// The radix-partitioned hash aggregation operator (see the module docs).
 pub struct RadixAggregateExec {
     input: Arc<dyn ExecutionPlan>,
     spec: Arc<Spec>,
     properties: Arc<PlanProperties>,
-    run: Mutex<(Option<SharedResult>, usize)>,
+    run: SharedRun,
 }
 
 impl fmt::Debug for RadixAggregateExec {
@@ -243,52 +241,12 @@ impl RadixAggregateExec {
                 switch_groups: SWITCH_GROUPS,
             }),
             properties: Arc::new(properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         })
     }
 
     fn output_partitions(&self) -> usize {
         self.properties.partitioning.partition_count()
-    }
-
-    /// The shared run, started by the first output partition to ask.
-    fn shared_run(&self, context: &Arc<TaskContext>) -> Result<SharedResult> {
-        let mut guard = self
-            .run
-            .lock()
-            .map_err(|_| DataFusionError::Internal("radix aggregation lock poisoned".into()))?;
-        let (run, started) = &mut *guard;
-        let shared = match run {
-            Some(shared) => shared.clone(),
-            None => {
-                let partitions = self.input.output_partitioning().partition_count();
-                let mut tasks = Vec::with_capacity(partitions);
-                for p in 0..partitions {
-                    let stream = self.input.execute(p, Arc::clone(context))?;
-                    let reservation = MemoryConsumer::new(format!("RadixAggregateExec[{p}]"))
-                        .register(context.memory_pool());
-                    tasks.push((stream, reservation));
-                }
-                let spec = Arc::clone(&self.spec);
-                let threads = context.session_config().target_partitions().max(1);
-                let future = async move {
-                    run_all(spec, tasks, threads)
-                        .await
-                        .map(Arc::new)
-                        .map_err(Arc::new)
-                };
-                let shared = future.boxed().shared();
-                *run = Some(shared.clone());
-                shared
-            }
-        };
-        *started += 1;
-        // Every output partition has its handle: a later execution starts afresh.
-        if *started >= self.output_partitions() {
-            *run = None;
-            *started = 0;
-        }
-        Ok(shared)
     }
 }
 
@@ -618,7 +576,7 @@ impl ExecutionPlan for RadixAggregateExec {
             input,
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         }))
     }
 
@@ -627,7 +585,7 @@ impl ExecutionPlan for RadixAggregateExec {
             input: Arc::clone(&self.input),
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
-            run: Mutex::new((None, 0)),
+            run: SharedRun::default(),
         }))
     }
 
@@ -642,25 +600,19 @@ impl ExecutionPlan for RadixAggregateExec {
                 "RadixAggregateExec has {partitions} partitions, asked for {partition}"
             );
         }
-        let shared = self.shared_run(&context)?;
-        let stream = futures::stream::once(async move {
-            let batches = shared.await.map_err(DataFusionError::Shared)?;
-            let mine: Vec<Result<RecordBatch>> = batches
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % partitions == partition)
-                .map(|(_, b)| Ok(b.clone()))
-                .collect();
-            Ok::<_, DataFusionError>(mine)
-        })
-        .map(|outcome| match outcome {
-            Ok(batches) => futures::stream::iter(batches),
-            Err(error) => futures::stream::iter(vec![Err(error)]),
-        })
-        .flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            Arc::clone(&self.spec.schema),
-            stream,
-        )))
+        let input = Arc::clone(&self.input);
+        let spec = Arc::clone(&self.spec);
+        self.run
+            .execute(partition, partitions, Arc::clone(&self.spec.schema), || {
+                let mut tasks = Vec::new();
+                for p in 0..input.output_partitioning().partition_count() {
+                    let stream = input.execute(p, Arc::clone(&context))?;
+                    let reservation = MemoryConsumer::new(format!("RadixAggregateExec[{p}]"))
+                        .register(context.memory_pool());
+                    tasks.push((stream, reservation));
+                }
+                let threads = context.session_config().target_partitions().max(1);
+                Ok(run_all(spec, tasks, threads).boxed())
+            })
     }
 }

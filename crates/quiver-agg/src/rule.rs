@@ -79,16 +79,7 @@ impl SmallKeyAggregateRule {
                 return Ok(replacement);
             }
         }
-        let requirements = plan.input_distribution_requirements().into_per_child();
-        let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
-        if children.is_empty() {
-            return Ok(plan);
-        }
-        let mut rewritten = Vec::with_capacity(children.len());
-        for (i, child) in children.into_iter().enumerate() {
-            rewritten.push(self.rewrite(child, !hash_required(&requirements, i))?);
-        }
-        let plan = replace_children_if_necessary(plan, rewritten)?;
+        let plan = rewrite_children(plan, |child, allowed| self.rewrite(child, allowed))?;
         Ok(push_top_into_small_key(&plan)?.unwrap_or(plan))
     }
 
@@ -182,14 +173,27 @@ pub(crate) fn replaceable_pair(
     supported.then(|| (top.clone(), partial, input))
 }
 
-/// Whether a hash partitioning is required of child `i` by `requirements`.
-pub(crate) fn hash_required(requirements: &[Distribution], i: usize) -> bool {
-    #[expect(deprecated)]
-    let required = matches!(
-        requirements.get(i),
-        Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
-    );
-    required
+/// `plan` with every child passed through `rewrite(child, allowed)`; `allowed` is false
+/// where `plan` requires that child hash-partitioned (a replacement's output is not).
+fn rewrite_children(
+    plan: Arc<dyn ExecutionPlan>,
+    rewrite: impl Fn(Arc<dyn ExecutionPlan>, bool) -> Result<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let requirements = plan.input_distribution_requirements().into_per_child();
+    let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
+    if children.is_empty() {
+        return Ok(plan);
+    }
+    let mut rewritten = Vec::with_capacity(children.len());
+    for (i, child) in children.into_iter().enumerate() {
+        #[expect(deprecated)]
+        let hash_required = matches!(
+            requirements.get(i),
+            Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
+        );
+        rewritten.push(rewrite(child, !hash_required)?);
+    }
+    replace_children_if_necessary(plan, rewritten)
 }
 
 /// `SortExec(fetch = n)` ordering by a prefix of the keys, all `ASC NULLS LAST` or all
@@ -277,16 +281,7 @@ impl RadixAggregateRule {
                 return Ok(replacement);
             }
         }
-        let requirements = plan.input_distribution_requirements().into_per_child();
-        let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
-        if children.is_empty() {
-            return Ok(plan);
-        }
-        let mut rewritten = Vec::with_capacity(children.len());
-        for (i, child) in children.into_iter().enumerate() {
-            rewritten.push(self.rewrite(child, !hash_required(&requirements, i))?);
-        }
-        replace_children_if_necessary(plan, rewritten)
+        rewrite_children(plan, |child, allowed| self.rewrite(child, allowed))
     }
 
     fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
