@@ -111,7 +111,6 @@ struct Spec {
     /// The expressions whose values a raw row carries after its keys, in column order.
     carried: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,
-    switch_groups: usize,
 }
 
 impl Spec {
@@ -238,7 +237,6 @@ impl RadixAggregateExec {
                 inputs,
                 carried,
                 schema,
-                switch_groups: SWITCH_GROUPS,
             }),
             properties: Arc::new(properties),
             run: SharedRun::default(),
@@ -329,7 +327,7 @@ async fn partition_input(
     reservation: MemoryReservation,
 ) -> Result<Partitioned> {
     let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
-    let mut table = Some((spec.group_values()?, spec.accumulators()?));
+    let (mut values, mut accumulators) = (spec.group_values()?, spec.accumulators()?);
     let mut switched = false;
     let mut groups = Vec::new();
     let mut pending = Pending {
@@ -349,41 +347,36 @@ async fn partition_input(
         for expr in &spec.carried {
             columns.push(expr.evaluate(&batch)?.into_array(rows)?);
         }
-        match &mut table {
-            Some((values, accumulators)) if !switched => {
-                values.intern(&columns[..spec.keys.len()], &mut groups)?;
-                let total = values.len();
-                for (accumulator, inputs) in accumulators.iter_mut().zip(&spec.inputs) {
-                    let arguments = arguments(inputs, &columns, rows)?;
-                    let filter = inputs.filter.map(|f| columns[f].as_boolean());
-                    accumulator.update_batch(&arguments, &groups, filter, total)?;
-                }
-                switched = total > spec.switch_groups && short_keys(&columns[..spec.keys.len()]);
+        if !switched {
+            values.intern(&columns[..spec.keys.len()], &mut groups)?;
+            let total = values.len();
+            for (accumulator, inputs) in accumulators.iter_mut().zip(&spec.inputs) {
+                let arguments = arguments(inputs, &columns, rows)?;
+                let filter = inputs.filter.map(|f| columns[f].as_boolean());
+                accumulator.update_batch(&arguments, &groups, filter, total)?;
             }
-            _ => {
-                reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
-                pending.rows += rows;
-                pending.batches.push(columns);
-                if pending.rows >= FLUSH_ROWS {
-                    let batches = std::mem::take(&mut pending.batches);
-                    pending.rows = 0;
-                    partition(&batches, spec.keys.len(), false, &mut buckets)?;
-                }
+            switched = total > SWITCH_GROUPS && short_keys(&columns[..spec.keys.len()]);
+        } else {
+            reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
+            pending.rows += rows;
+            pending.batches.push(columns);
+            if pending.rows >= FLUSH_ROWS {
+                let batches = std::mem::take(&mut pending.batches);
+                pending.rows = 0;
+                partition(&batches, spec.keys.len(), false, &mut buckets)?;
             }
         }
     }
     if !pending.batches.is_empty() {
         partition(&pending.batches, spec.keys.len(), false, &mut buckets)?;
     }
-    if let Some((mut values, accumulators)) = table {
-        if !values.is_empty() {
-            let mut columns = values.emit(EmitTo::All)?;
-            for mut accumulator in accumulators {
-                columns.extend(accumulator.state(EmitTo::All)?);
-            }
-            reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
-            partition(&[columns], spec.keys.len(), true, &mut buckets)?;
+    if !values.is_empty() {
+        let mut columns = values.emit(EmitTo::All)?;
+        for mut accumulator in accumulators {
+            columns.extend(accumulator.state(EmitTo::All)?);
         }
+        reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
+        partition(&[columns], spec.keys.len(), true, &mut buckets)?;
     }
     Ok((buckets, reservation))
 }
@@ -535,7 +528,7 @@ impl DisplayAs for RadixAggregateExec {
             keys.join(", "),
             aggregates.join(", "),
             BUCKETS,
-            self.spec.switch_groups
+            SWITCH_GROUPS
         )
     }
 }
