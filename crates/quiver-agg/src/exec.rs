@@ -31,6 +31,9 @@ use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
+};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties, SendableRecordBatchStream,
@@ -169,6 +172,9 @@ pub struct SmallKeyAggregateExec {
     properties: Arc<PlanProperties>,
     /// The run shared by the output partitions.
     run: SharedRun,
+    /// `output_rows` and `elapsed_compute` (CPU time summed over the tasks, input waits
+    /// excluded) of the shared run, recorded as partition 0's.
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl fmt::Debug for SmallKeyAggregateExec {
@@ -223,6 +229,7 @@ impl SmallKeyAggregateExec {
             }),
             properties: Arc::new(properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
@@ -243,6 +250,7 @@ impl SmallKeyAggregateExec {
             spec: Arc::new(spec),
             properties: Arc::clone(&self.properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
@@ -261,15 +269,37 @@ impl SmallKeyAggregateExec {
     }
 }
 
+/// The operator's run, counting its output rows.
 async fn run_all(
     spec: Arc<Spec>,
     streams: Vec<SendableRecordBatchStream>,
     threads: usize,
+    (output_rows, elapsed): (Count, Time),
+) -> Result<Vec<RecordBatch>> {
+    let batches = aggregate_all(spec, streams, threads, &elapsed).await?;
+    output_rows.add(batches.iter().map(RecordBatch::num_rows).sum());
+    Ok(batches)
+}
+
+/// Accumulates every input partition, then merges the partials a slot range a task; `elapsed`
+/// sums the tasks' CPU time.
+async fn aggregate_all(
+    spec: Arc<Spec>,
+    streams: Vec<SendableRecordBatchStream>,
+    threads: usize,
+    elapsed: &Time,
 ) -> Result<Vec<RecordBatch>> {
     let bound = Arc::new(AtomicUsize::new(usize::MAX));
     let tasks: Vec<SpawnedTask<Result<Option<Partial>>>> = streams
         .into_iter()
-        .map(|stream| SpawnedTask::spawn(accumulate(Arc::clone(&spec), stream, Arc::clone(&bound))))
+        .map(|stream| {
+            SpawnedTask::spawn(accumulate(
+                Arc::clone(&spec),
+                stream,
+                Arc::clone(&bound),
+                elapsed.clone(),
+            ))
+        })
         .collect();
     let mut partials = Vec::with_capacity(tasks.len());
     for task in tasks {
@@ -310,7 +340,11 @@ async fn run_all(
             let to = (from + per).min(hi);
             let spec = Arc::clone(&spec);
             let partials = Arc::clone(&partials);
-            SpawnedTask::spawn(async move { merge_slice(&spec, &partials, from, to) })
+            let elapsed = elapsed.clone();
+            SpawnedTask::spawn(async move {
+                let _timer = elapsed.timer();
+                merge_slice(&spec, &partials, from, to)
+            })
         })
         .collect();
     let mut batches = Vec::with_capacity(slices);
@@ -329,6 +363,7 @@ async fn accumulate(
     spec: Arc<Spec>,
     mut stream: SendableRecordBatchStream,
     bound: Arc<AtomicUsize>,
+    elapsed: Time,
 ) -> Result<Option<Partial>> {
     let total = spec.layout.total;
     let mut accumulators = spec.partial_accumulators()?;
@@ -354,6 +389,7 @@ async fn accumulate(
         if rows == 0 {
             continue;
         }
+        let _timer = elapsed.timer();
         // Once some partition has seen `fetch` groups, rows of groups ranked above the bound
         // cannot reach the output: drop them before anything else looks at them.
         let keep = spec.top.and_then(|top| {
@@ -447,6 +483,7 @@ async fn accumulate(
             accumulator.update_batch(&values, &groups, filter_values, group_count)?;
         }
     }
+    let _timer = elapsed.timer();
     let (Some(lo), Some(last)) = (
         rows_of_slot.iter().position(|&c| c != 0),
         rows_of_slot.iter().rposition(|&c| c != 0),
@@ -601,6 +638,10 @@ impl ExecutionPlan for SmallKeyAggregateExec {
         vec![&self.input]
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn apply_expressions(
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
@@ -630,6 +671,7 @@ impl ExecutionPlan for SmallKeyAggregateExec {
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
 
@@ -639,6 +681,7 @@ impl ExecutionPlan for SmallKeyAggregateExec {
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
 
@@ -655,13 +698,18 @@ impl ExecutionPlan for SmallKeyAggregateExec {
         }
         let input = Arc::clone(&self.input);
         let spec = Arc::clone(&self.spec);
+        let metrics = &self.metrics;
         self.run
             .execute(partition, partitions, Arc::clone(&self.spec.schema), || {
                 let streams = (0..input.output_partitioning().partition_count())
                     .map(|p| input.execute(p, Arc::clone(&context)))
                     .collect::<Result<Vec<_>>>()?;
                 let threads = context.session_config().target_partitions().max(1);
-                Ok(run_all(spec, streams, threads).boxed())
+                let metrics = (
+                    MetricBuilder::new(metrics).output_rows(0),
+                    MetricBuilder::new(metrics).elapsed_compute(0),
+                );
+                Ok(run_all(spec, streams, threads, metrics).boxed())
             })
     }
 }

@@ -45,6 +45,9 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
+};
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
     PlanProperties, SendableRecordBatchStream,
@@ -145,6 +148,34 @@ pub struct RadixAggregateExec {
     spec: Arc<Spec>,
     properties: Arc<PlanProperties>,
     run: SharedRun,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// What `EXPLAIN ANALYZE` shows of the operator. One run serves every output partition, so
+/// the run's totals are recorded as partition 0's.
+#[derive(Clone)]
+struct RunMetrics {
+    output_rows: Count,
+    /// CPU time summed over every phase-1 and phase-2 task (input waits excluded).
+    elapsed_compute: Time,
+    /// Input partitions whose table passed [`SWITCH_GROUPS`] and that bucketed the rest.
+    partitions_switched: Count,
+    /// Rows gathered into buckets: raw rows after a switch, and each table's groups as states.
+    rows_bucketed: Count,
+    /// Phase-2 aggregation tasks.
+    bucket_tasks: Count,
+}
+
+impl RunMetrics {
+    fn new(set: &ExecutionPlanMetricsSet) -> Self {
+        RunMetrics {
+            output_rows: MetricBuilder::new(set).output_rows(0),
+            elapsed_compute: MetricBuilder::new(set).elapsed_compute(0),
+            partitions_switched: MetricBuilder::new(set).counter("partitions_switched", 0),
+            rows_bucketed: MetricBuilder::new(set).counter("rows_bucketed", 0),
+            bucket_tasks: MetricBuilder::new(set).counter("bucket_tasks", 0),
+        }
+    }
 }
 
 impl fmt::Debug for RadixAggregateExec {
@@ -240,6 +271,7 @@ impl RadixAggregateExec {
             }),
             properties: Arc::new(properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 
@@ -252,11 +284,17 @@ async fn run_all(
     spec: Arc<Spec>,
     inputs: Vec<(SendableRecordBatchStream, MemoryReservation)>,
     threads: usize,
+    metrics: RunMetrics,
 ) -> Result<Vec<RecordBatch>> {
     let tasks: Vec<SpawnedTask<Result<Partitioned>>> = inputs
         .into_iter()
         .map(|(stream, reservation)| {
-            SpawnedTask::spawn(partition_input(Arc::clone(&spec), stream, reservation))
+            SpawnedTask::spawn(partition_input(
+                Arc::clone(&spec),
+                stream,
+                reservation,
+                metrics.clone(),
+            ))
         })
         .collect();
     let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
@@ -292,11 +330,16 @@ async fn run_all(
     if !current.is_empty() {
         groups.push(current);
     }
+    metrics.bucket_tasks.add(groups.len());
     let aggregations: Vec<SpawnedTask<Result<Option<RecordBatch>>>> = groups
         .into_iter()
         .map(|slices| {
             let spec = Arc::clone(&spec);
-            SpawnedTask::spawn(async move { aggregate_slices(&spec, slices) })
+            let elapsed = metrics.elapsed_compute.clone();
+            SpawnedTask::spawn(async move {
+                let _timer = elapsed.timer();
+                aggregate_slices(&spec, slices)
+            })
         })
         .collect();
     let mut batches = Vec::with_capacity(aggregations.len());
@@ -307,6 +350,9 @@ async fn run_all(
         batches.extend(batch);
     }
     drop(reservations);
+    metrics
+        .output_rows
+        .add(batches.iter().map(RecordBatch::num_rows).sum());
     Ok(batches)
 }
 
@@ -325,6 +371,7 @@ async fn partition_input(
     spec: Arc<Spec>,
     mut stream: SendableRecordBatchStream,
     reservation: MemoryReservation,
+    metrics: RunMetrics,
 ) -> Result<Partitioned> {
     let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
     let (mut values, mut accumulators) = (spec.group_values()?, spec.accumulators()?);
@@ -340,6 +387,7 @@ async fn partition_input(
         if rows == 0 {
             continue;
         }
+        let _timer = metrics.elapsed_compute.timer();
         let mut columns = Vec::with_capacity(spec.keys.len() + spec.carried.len());
         for (expr, _) in &spec.keys {
             columns.push(expr.evaluate(&batch)?.into_array(rows)?);
@@ -356,8 +404,12 @@ async fn partition_input(
                 accumulator.update_batch(&arguments, &groups, filter, total)?;
             }
             switched = total > SWITCH_GROUPS && short_keys(&columns[..spec.keys.len()]);
+            if switched {
+                metrics.partitions_switched.add(1);
+            }
         } else {
             reservation.try_grow(columns.iter().map(|c| c.get_array_memory_size()).sum())?;
+            metrics.rows_bucketed.add(rows);
             pending.rows += rows;
             pending.batches.push(columns);
             if pending.rows >= FLUSH_ROWS {
@@ -367,10 +419,12 @@ async fn partition_input(
             }
         }
     }
+    let _timer = metrics.elapsed_compute.timer();
     if !pending.batches.is_empty() {
         partition(&pending.batches, spec.keys.len(), false, &mut buckets)?;
     }
     if !values.is_empty() {
+        metrics.rows_bucketed.add(values.len());
         let mut columns = values.emit(EmitTo::All)?;
         for mut accumulator in accumulators {
             columns.extend(accumulator.state(EmitTo::All)?);
@@ -546,6 +600,10 @@ impl ExecutionPlan for RadixAggregateExec {
         vec![&self.input]
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn apply_expressions(
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
@@ -570,6 +628,7 @@ impl ExecutionPlan for RadixAggregateExec {
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
 
@@ -579,6 +638,7 @@ impl ExecutionPlan for RadixAggregateExec {
             spec: Arc::clone(&self.spec),
             properties: Arc::clone(&self.properties),
             run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
         }))
     }
 
@@ -595,6 +655,7 @@ impl ExecutionPlan for RadixAggregateExec {
         }
         let input = Arc::clone(&self.input);
         let spec = Arc::clone(&self.spec);
+        let metrics = &self.metrics;
         self.run
             .execute(partition, partitions, Arc::clone(&self.spec.schema), || {
                 let mut tasks = Vec::new();
@@ -605,7 +666,7 @@ impl ExecutionPlan for RadixAggregateExec {
                     tasks.push((stream, reservation));
                 }
                 let threads = context.session_config().target_partitions().max(1);
-                Ok(run_all(spec, tasks, threads).boxed())
+                Ok(run_all(spec, tasks, threads, RunMetrics::new(metrics)).boxed())
             })
     }
 }

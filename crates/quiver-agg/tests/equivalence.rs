@@ -17,7 +17,7 @@ use arrow::record_batch::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::{collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiver_agg::SmallKeyAggregateRule;
 use rand::rngs::StdRng;
@@ -400,4 +400,40 @@ async fn an_all_null_group_after_a_batch_without_nulls_stays_null() {
     assert!(plan.contains("SmallKeyAggregateExec"), "{plan}");
     assert!(expected.contains("| 127 "), "{expected}");
     assert_eq!(actual, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_shows_the_output_rows_and_time() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let partitions: Vec<Vec<RecordBatch>> = (0..2)
+        .map(|_| vec![batch(&mut rng, 5000, 0.1, false, false)])
+        .collect();
+    let (_, small) = contexts(partitions);
+    let plan = small
+        .sql("SELECT k8, count(*), sum(v) FROM t GROUP BY k8")
+        .await
+        .expect("plan")
+        .create_physical_plan()
+        .await
+        .expect("physical plan");
+    let batches = collect(Arc::clone(&plan), small.task_ctx())
+        .await
+        .expect("run");
+    let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut nodes = vec![Arc::clone(&plan)];
+    let mut found = None;
+    while let Some(node) = nodes.pop() {
+        if node.name() == "SmallKeyAggregateExec" {
+            found = Some(node);
+            break;
+        }
+        nodes.extend(node.children().into_iter().cloned());
+    }
+    let metrics = found
+        .expect("the small-key operator")
+        .metrics()
+        .expect("metrics");
+    assert!(groups > 100, "{groups} groups");
+    assert_eq!(metrics.output_rows(), Some(groups));
+    assert!(metrics.elapsed_compute().expect("elapsed_compute") > 0);
 }

@@ -14,7 +14,7 @@ use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_plan::displayable;
+use datafusion::physical_plan::{collect, displayable, ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiver_agg::radix::SWITCH_GROUPS;
 use quiver_agg::RadixAggregateRule;
@@ -177,4 +177,49 @@ async fn a_memory_limit_too_small_for_the_buckets_fails_cleanly() {
         error.to_string().contains("Resources exhausted"),
         "unexpected error: {error}"
     );
+}
+
+/// The first node named `name` in `plan`, depth first.
+fn find(plan: &Arc<dyn ExecutionPlan>, name: &str) -> Option<Arc<dyn ExecutionPlan>> {
+    if plan.name() == name {
+        return Some(Arc::clone(plan));
+    }
+    plan.children()
+        .into_iter()
+        .find_map(|child| find(child, name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_shows_what_the_run_did() {
+    // Every input partition passes the switch point.
+    let keys = 4 * SWITCH_GROUPS as i64;
+    let data = partitions(5, 3 * SWITCH_GROUPS, keys, 0.0);
+    let input_rows: usize = data.iter().flatten().map(RecordBatch::num_rows).sum();
+    let ctx = context(&data, true, None);
+    let plan = ctx
+        .sql("SELECT k, count(*) FROM t GROUP BY k")
+        .await
+        .expect("plan")
+        .create_physical_plan()
+        .await
+        .expect("physical plan");
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx())
+        .await
+        .expect("run");
+    let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let radix = find(&plan, "RadixAggregateExec").expect("the radix operator");
+    let metrics = radix.metrics().expect("metrics");
+    let counter = |name: &str| metrics.sum_by_name(name).map(|v| v.as_usize());
+    let inputs = radix.children()[0].output_partitioning().partition_count();
+    assert_eq!(metrics.output_rows(), Some(groups));
+    assert_eq!(counter("partitions_switched"), Some(inputs));
+    // Raw rows after each switch, plus each table's groups: every group arrives at least once,
+    // and no row twice.
+    let bucketed = counter("rows_bucketed").expect("rows_bucketed");
+    assert!(
+        bucketed >= groups && bucketed <= input_rows,
+        "{bucketed} rows bucketed for {groups} groups of {input_rows} rows"
+    );
+    assert!(counter("bucket_tasks").expect("bucket_tasks") >= 1);
+    assert!(metrics.elapsed_compute().expect("elapsed_compute") > 0);
 }
