@@ -267,6 +267,18 @@ impl SmallKeyAggregateExec {
     fn output_partitions(&self) -> usize {
         self.properties.partitioning.partition_count()
     }
+
+    /// This operator over `input`, with a run and metrics of its own (for `with_new_children`
+    /// and `reset_state`).
+    fn over(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        SmallKeyAggregateExec {
+            input,
+            spec: Arc::clone(&self.spec),
+            properties: Arc::clone(&self.properties),
+            run: SharedRun::default(),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
 }
 
 /// The operator's run, counting its output rows.
@@ -666,23 +678,11 @@ impl ExecutionPlan for SmallKeyAggregateExec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let [input] = <[Arc<dyn ExecutionPlan>; 1]>::try_from(children)
             .map_err(|_| DataFusionError::Internal("SmallKeyAggregateExec has one child".into()))?;
-        Ok(Arc::new(SmallKeyAggregateExec {
-            input,
-            spec: Arc::clone(&self.spec),
-            properties: Arc::clone(&self.properties),
-            run: SharedRun::default(),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(self.over(input)))
     }
 
     fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(SmallKeyAggregateExec {
-            input: Arc::clone(&self.input),
-            spec: Arc::clone(&self.spec),
-            properties: Arc::clone(&self.properties),
-            run: SharedRun::default(),
-            metrics: ExecutionPlanMetricsSet::new(),
-        }))
+        Ok(Arc::new(self.over(Arc::clone(&self.input))))
     }
 
     fn execute(
