@@ -141,7 +141,6 @@ impl CopyParser {
         spans: &mut Vec<FieldSpan>,
         max_rows: usize,
     ) -> Result<Parsed, CopyFormatError> {
-        spans.clear();
         // Spans hold 32-bit offsets: parse at most the first 4 GiB of the input at a time.
         let whole = input.len();
         let input = input.get(..u32::MAX as usize).unwrap_or(input);
@@ -153,14 +152,19 @@ impl CopyParser {
                     self.state = State::Rows;
                 }
                 None => {
+                    spans.clear();
                     return Ok(Parsed {
                         consumed: 0,
                         rows: 0,
-                    })
+                    });
                 }
             }
         }
         let mut rows = 0;
+        // Spans are written in place over what `spans` holds (the last call's, usually as
+        // many), grown a block of rows at a time when short and cut to the rows parsed at
+        // the end: no capacity check per field, and no clearing.
+        let mut filled = 0;
         while self.state == State::Rows && rows < max_rows {
             let Some(count) = read_i16(input, pos) else {
                 break;
@@ -181,13 +185,22 @@ impl CopyParser {
                     expected: self.fields,
                 });
             }
-            match self.row(input, pos + 2, spans)? {
+            if spans.len() < filled + self.fields {
+                let block = (max_rows - rows).clamp(1, SPAN_BLOCK_ROWS);
+                spans.resize(filled + block * self.fields, FieldSpan::default());
+            }
+            let out = spans
+                .get_mut(filled..filled + self.fields)
+                .unwrap_or_default();
+            match self.row(input, pos + 2, out)? {
                 Some(end) => pos = end,
                 None => break,
             }
+            filled += self.fields;
             self.rows += 1;
             rows += 1;
         }
+        spans.truncate(filled);
         if rows == 0 && self.state == State::Rows && whole > input.len() {
             return Err(CopyFormatError::RowTooLarge);
         }
@@ -234,46 +247,42 @@ impl CopyParser {
         }
     }
 
-    /// Records the spans of the row whose fields start at `at` and returns the offset just
-    /// past it, or `None` (recording nothing) if the input ends inside the row.
-    #[inline]
+    /// Locates the fields of the row whose first length is at `at` into `out` (one span per
+    /// field); the end of the row, or `None` if the input ends inside it.
+    #[inline(always)]
     fn row(
         &self,
         input: &[u8],
         mut at: usize,
-        spans: &mut Vec<FieldSpan>,
+        out: &mut [FieldSpan],
     ) -> Result<Option<usize>, CopyFormatError> {
-        let mark = spans.len();
-        for _ in 0..self.fields {
-            let Some(length) = read_i32(input, at) else {
-                spans.truncate(mark);
+        for slot in out.iter_mut() {
+            // A length beyond the input leaves `at` past its end, so this read fails next.
+            let Some(head) = input.get(at..).and_then(|rest| rest.first_chunk::<4>()) else {
                 return Ok(None);
             };
+            let length = i32::from_be_bytes(*head);
             at += 4;
-            if length < -1 {
+            // `at` ≤ `input.len()` ≤ `u32::MAX` here.
+            *slot = FieldSpan {
+                start: at as u32,
+                len: length,
+            };
+            if length > 0 {
+                at = at.saturating_add(length as usize);
+            } else if length < -1 {
                 return Err(CopyFormatError::BadLength {
                     row: self.rows,
                     length,
                 });
             }
-            // `at` ≤ `input.len()` ≤ `u32::MAX` here.
-            spans.push(FieldSpan {
-                start: at as u32,
-                len: length,
-            });
-            if length > 0 {
-                match at.checked_add(length as usize) {
-                    Some(next) if next <= input.len() => at = next,
-                    _ => {
-                        spans.truncate(mark);
-                        return Ok(None);
-                    }
-                }
-            }
         }
-        Ok(Some(at))
+        Ok((at <= input.len()).then_some(at))
     }
 }
+
+/// Rows of spans `parse` makes room for at a time.
+const SPAN_BLOCK_ROWS: usize = 256;
 
 fn read_i16(input: &[u8], at: usize) -> Option<i16> {
     let bytes: [u8; 2] = input.get(at..at.checked_add(2)?)?.try_into().ok()?;

@@ -214,33 +214,63 @@ impl ColumnBuilder {
                 }
             }};
         }
+        /// Appends each span's `N`-byte value converted by `$convert` (`[u8; N]` →
+        /// `Result<value, String>`): one bounds check per value and no error to build unless
+        /// one is found; a value of another length is an error.
+        macro_rules! append_fixed {
+            ($builder:expr, $name:literal, $n:literal, $convert:expr) => {{
+                for (row, span) in spans.enumerate() {
+                    if span.len < 0 {
+                        $builder.append_null();
+                        continue;
+                    }
+                    let start = span.start as usize;
+                    match input.get(start..).and_then(|rest| rest.first_chunk::<$n>()) {
+                        Some(raw) if span.len == $n => {
+                            let value: Result<_, String> = $convert(*raw);
+                            $builder.append_value(value.map_err(|m| (row, m))?)
+                        }
+                        _ => {
+                            let bytes = span.value(input).map_err(|m| (row, m))?;
+                            let length = bytes.map_or(0, <[u8]>::len);
+                            return Err((
+                                row,
+                                format!("{} value of {length} bytes, expected {}", $name, $n),
+                            ));
+                        }
+                    }
+                }
+            }};
+        }
         match self {
-            ColumnBuilder::Bool(b) => {
-                append_each!(b, |bytes| fixed::<1>(bytes, "bool").map(|[v]| v != 0))
-            }
+            ColumnBuilder::Bool(b) => append_fixed!(b, "bool", 1, |[v]: [u8; 1]| Ok(v != 0)),
             ColumnBuilder::Int2(b) => {
-                append_each!(b, |bytes| fixed(bytes, "int2").map(i16::from_be_bytes))
+                append_fixed!(b, "int2", 2, |raw| Ok(i16::from_be_bytes(raw)))
             }
             ColumnBuilder::Int4(b) => {
-                append_each!(b, |bytes| fixed(bytes, "int4").map(i32::from_be_bytes))
+                append_fixed!(b, "int4", 4, |raw| Ok(i32::from_be_bytes(raw)))
             }
             ColumnBuilder::Int8(b) => {
-                append_each!(b, |bytes| fixed(bytes, "int8").map(i64::from_be_bytes))
+                append_fixed!(b, "int8", 8, |raw| Ok(i64::from_be_bytes(raw)))
             }
             ColumnBuilder::Float4(b) => {
-                append_each!(b, |bytes| fixed(bytes, "float4").map(f32::from_be_bytes))
+                append_fixed!(b, "float4", 4, |raw| Ok(f32::from_be_bytes(raw)))
             }
             ColumnBuilder::Float8(b) => {
-                append_each!(b, |bytes| fixed(bytes, "float8").map(f64::from_be_bytes))
+                append_fixed!(b, "float8", 8, |raw| Ok(f64::from_be_bytes(raw)))
             }
             ColumnBuilder::Numeric(b, _, scale) => {
                 let scale = *scale;
                 append_each!(b, |bytes| numeric_to_i128(bytes, scale))
             }
             ColumnBuilder::Text(b) | ColumnBuilder::Bytea(b) => b.append_spans(input, spans)?,
-            ColumnBuilder::Date(b) => append_each!(b, |bytes| date(bytes)),
+            ColumnBuilder::Date(b) => {
+                append_fixed!(b, "date", 4, |raw| date_days(i32::from_be_bytes(raw)))
+            }
             ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => {
-                append_each!(b, |bytes| timestamp(bytes))
+                append_fixed!(b, "timestamp", 8, |raw| timestamp_micros(
+                    i64::from_be_bytes(raw)
+                ))
             }
             _ => {
                 for (row, span) in spans.enumerate() {
@@ -291,9 +321,7 @@ impl ColumnBuilder {
             }
             ColumnBuilder::Text(b) => {
                 let (offsets, values, nulls) = b.finish();
-                Arc::new(StringArray::try_new(offsets, values, nulls).map_err(|e| {
-                    ArrowError::InvalidArgumentError(format!("text is not valid UTF-8 ({e})"))
-                })?)
+                Arc::new(text_array(offsets, values, nulls)?)
             }
             ColumnBuilder::Jsonb(b) | ColumnBuilder::Uuid(b) => Arc::new(b.finish()),
             ColumnBuilder::Bytea(b) => {
@@ -465,37 +493,46 @@ impl VarBytes {
     ) -> Result<(), (usize, String)> {
         let total: usize = spans.clone().map(|s| s.len.max(0) as usize).sum();
         let mut at = self.values.len();
+        // Every offset below is at most this: checked once, not per value.
+        Self::offset(at + total).map_err(|m| (0, m))?;
         self.values.resize(at + total + SHORT, 0);
         self.offsets.reserve(spans.size_hint().0);
         for (row, span) in spans.enumerate() {
-            let Some(value) = span.value(input).map_err(|m| (row, m))? else {
-                self.offsets.push(Self::offset(at).map_err(|m| (row, m))?);
+            if span.len < 0 {
+                self.offsets.push(at as i32);
                 self.nulls.append_null();
                 continue;
-            };
-            let start = span.start as usize;
-            let len = value.len();
-            let short = input
-                .get(start..start + SHORT)
-                .filter(|_| len <= SHORT)
-                .and_then(|wide| <[u8; SHORT]>::try_from(wide).ok());
-            let copied = match short {
+            }
+            let (start, len) = (span.start as usize, span.len as usize);
+            let source = input.get(start..).unwrap_or_default();
+            let target = self.values.get_mut(at..).unwrap_or_default();
+            let copied = match (
+                source.first_chunk::<SHORT>(),
+                target.first_chunk_mut::<SHORT>(),
+            ) {
                 // A constant-size move, not a `memcpy` call.
-                Some(wide) => self
-                    .values
-                    .get_mut(at..at + SHORT)
-                    .and_then(|target| <&mut [u8; SHORT]>::try_from(target).ok())
-                    .map(|target| *target = wide),
-                None => self
-                    .values
-                    .get_mut(at..at + len)
-                    .map(|target| target.copy_from_slice(value)),
+                (Some(wide), Some(slot)) if len <= SHORT => {
+                    *slot = *wide;
+                    true
+                }
+                _ => match (source.get(..len), target.get_mut(..len)) {
+                    (Some(value), Some(slot)) => {
+                        slot.copy_from_slice(value);
+                        true
+                    }
+                    _ => false,
+                },
             };
-            if copied.is_none() {
-                return Err((row, "values outgrew their sized buffer".to_string()));
+            if !copied {
+                let message = match span.value(input) {
+                    Err(message) => message,
+                    Ok(_) => "values outgrew their sized buffer".to_string(),
+                };
+                return Err((row, message));
             }
             at += len;
-            self.offsets.push(Self::offset(at).map_err(|m| (row, m))?);
+            // At most the total checked above.
+            self.offsets.push(at as i32);
             self.nulls.append_non_null();
         }
         self.values.truncate(at);
@@ -547,13 +584,43 @@ fn fixed<const N: usize>(bytes: &[u8], type_name: &str) -> Result<[u8; N], Strin
         .map_err(|_| format!("{type_name} value of {} bytes, expected {N}", bytes.len()))
 }
 
+/// A text column's values as a `StringArray`, checked to be UTF-8 split at character
+/// boundaries. Values that are all ASCII (most text in most databases) are checked with one
+/// `is_ascii` pass over the bytes; Arrow's own check, which also looks at every offset, is
+/// kept for the rest. It was a twentieth of decoding `lineitem`.
+fn text_array(
+    offsets: OffsetBuffer<i32>,
+    values: Buffer,
+    nulls: Option<arrow::buffer::NullBuffer>,
+) -> Result<StringArray, ArrowError> {
+    let last = offsets.last().copied().unwrap_or(0);
+    if values.as_slice().is_ascii() && usize::try_from(last).ok() == Some(values.len()) {
+        // SAFETY: every byte is below 0x80, so the values are valid UTF-8 and every offset is
+        // a character boundary; `OffsetBuffer` guarantees the offsets start at or above 0 and
+        // never decrease, the last one is the values' length (checked above), and `nulls`,
+        // built beside the offsets, has one entry per value (`try_new`'s remaining checks,
+        // as `NullBufferBuilder` and the offsets grow together in `VarBytes`).
+        if nulls.as_ref().is_none_or(|n| n.len() + 1 == offsets.len()) {
+            return Ok(unsafe { StringArray::new_unchecked(offsets, values, nulls) });
+        }
+    }
+    StringArray::try_new(offsets, values, nulls)
+        .map_err(|e| ArrowError::InvalidArgumentError(format!("text is not valid UTF-8 ({e})")))
+}
+
 fn utf8(bytes: &[u8]) -> Result<&str, String> {
     std::str::from_utf8(bytes).map_err(|e| format!("text is not valid UTF-8: {e}"))
 }
 
 /// A `date` (days since 2000-01-01, ±infinity as `i32::MAX`/`MIN`) as days since 1970-01-01.
 fn date(bytes: &[u8]) -> Result<i32, String> {
-    match i32::from_be_bytes(fixed(bytes, "date")?) {
+    date_days(i32::from_be_bytes(fixed(bytes, "date")?))
+}
+
+/// [`date`] of the value read.
+#[inline(always)]
+fn date_days(days: i32) -> Result<i32, String> {
+    match days {
         days @ (i32::MAX | i32::MIN) => Ok(days),
         days => days
             .checked_add(EPOCH_DAYS)
@@ -564,7 +631,13 @@ fn date(bytes: &[u8]) -> Result<i32, String> {
 /// A `timestamp[tz]` (microseconds since 2000-01-01, ±infinity as `i64::MAX`/`MIN`) as
 /// microseconds since 1970-01-01.
 fn timestamp(bytes: &[u8]) -> Result<i64, String> {
-    match i64::from_be_bytes(fixed(bytes, "timestamp")?) {
+    timestamp_micros(i64::from_be_bytes(fixed(bytes, "timestamp")?))
+}
+
+/// [`timestamp`] of the value read.
+#[inline(always)]
+fn timestamp_micros(micros: i64) -> Result<i64, String> {
+    match micros {
         micros @ (i64::MAX | i64::MIN) => Ok(micros),
         micros => micros
             .checked_add(EPOCH_MICROS)
@@ -594,7 +667,50 @@ fn format_uuid(raw: &[u8; 16]) -> [u8; 36] {
 /// Hot: lineitem alone has four numeric columns. Values of up to 16 decimal digits whose
 /// scaled form fits in `u64` take [`scaled_u64`], with no division by a variable; only the
 /// rest take the checked `i128` path, whose division is a library call.
+#[inline]
 pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
+    match small_numeric(bytes, scale) {
+        Some(value) => Ok(value),
+        None => numeric_checked(bytes, scale),
+    }
+}
+
+/// The values most numeric columns hold, decoded with nothing to report: a finite value of at
+/// most four base-10000 digits whose scaled form fits in `u64`, with a scaling
+/// [`scaled_u64`] does by a constant. `None` for anything else, which [`numeric_checked`]
+/// then decodes or rejects with its reason (so the two always agree).
+#[inline(always)]
+fn small_numeric(bytes: &[u8], scale: i8) -> Option<i128> {
+    let (header, digits) = bytes.split_first_chunk::<8>()?;
+    let ndigits = u16::from_be_bytes([header[0], header[1]]) as usize;
+    let weight = i16::from_be_bytes([header[2], header[3]]) as i32;
+    let sign = u16::from_be_bytes([header[4], header[5]]);
+    if sign & !0x4000 != 0 || ndigits > 4 || digits.len() != 2 * ndigits {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for pair in digits.chunks_exact(2) {
+        let digit = u16::from_be_bytes([pair[0], pair[1]]);
+        if digit >= 10_000 {
+            return None;
+        }
+        value = value * 10_000 + u64::from(digit);
+    }
+    let exponent = scale as i32 - 4 * (ndigits as i32 - 1 - weight);
+    let scaled = match exponent {
+        0.. => value.checked_mul(*POW10_U64.get(exponent as usize)?)?,
+        -1 if value.is_multiple_of(10) => value / 10,
+        -2 if value.is_multiple_of(100) => value / 100,
+        -3 if value.is_multiple_of(1000) => value / 1000,
+        _ => return None,
+    };
+    let scaled = i128::from(scaled);
+    Some(if sign == 0x4000 { -scaled } else { scaled })
+}
+
+/// [`numeric_to_i128`] with every check and error.
+#[inline(never)]
+fn numeric_checked(bytes: &[u8], scale: i8) -> Result<i128, String> {
     let Some((header, digits)) = bytes.split_first_chunk::<8>() else {
         return Err("a value ends early".into());
     };
@@ -679,7 +795,9 @@ fn scaled_u64(digits: &[u8], exponent: i32, scale: i8) -> Option<Result<u64, Str
     })
 }
 
-/// The general case: up to 38 digits in `i128`, every step checked.
+/// The general case: up to 38 digits in `i128`, every step checked. Kept out of line so the
+/// common path inlines small.
+#[inline(never)]
 fn rescale_i128(digits: &[u8], exponent: i32, scale: i8) -> Result<i128, String> {
     let mut value: i128 = 0;
     for pair in digits.chunks_exact(2) {
@@ -1251,6 +1369,87 @@ mod tests {
             error.contains("column \"a\"") && error.contains("UTF-8"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn small_numeric_takes_only_values_the_checked_path_decodes_alike() {
+        let digit_sets: [&[i16]; 9] = [
+            &[],
+            &[7],
+            &[9999],
+            &[1, 0],
+            &[12, 3456, 7800],
+            &[9999, 9999, 9999, 9999],
+            &[1, 2, 3, 4, 5],
+            &[10_000],
+            &[-1, 5],
+        ];
+        let mut fast = 0;
+        for digits in digit_sets {
+            for weight in -3i16..=5 {
+                for sign in [0x0000u16, 0x4000, 0xC000, 0xD000, 0xF000, 0x1234, 0x4001] {
+                    for scale in [0i8, 2, 4, 9, 18, 38] {
+                        let bytes = numeric(weight, sign, scale.max(0) as i16, digits);
+                        if let Some(value) = small_numeric(&bytes, scale) {
+                            fast += 1;
+                            assert_eq!(
+                                numeric_checked(&bytes, scale),
+                                Ok(value),
+                                "{digits:?} weight {weight} sign {sign:#x} at scale {scale}"
+                            );
+                        }
+                        assert_eq!(
+                            numeric_to_i128(&bytes, scale),
+                            numeric_checked(&bytes, scale)
+                        );
+                        // Cut short or with a byte too many: never a value.
+                        assert!(numeric_to_i128(&bytes[..bytes.len() - 1], scale).is_err());
+                        let mut long = bytes.clone();
+                        long.push(0);
+                        assert!(numeric_to_i128(&long, scale).is_err());
+                    }
+                }
+            }
+        }
+        assert!(fast > 100, "the fast path took {fast} values");
+    }
+
+    #[test]
+    fn column_wise_values_of_the_wrong_width_are_errors() {
+        use crate::binary_copy::{fixture::stream, CopyParser};
+        use arrow::datatypes::Schema;
+
+        for (pg, width) in [
+            (PgType::Int2, 2),
+            (PgType::Int4, 4),
+            (PgType::Int8, 8),
+            (PgType::Float8, 8),
+            (PgType::Date, 4),
+            (PgType::TimestampTz, 8),
+            (PgType::Bool, 1),
+        ] {
+            let name = format!("{pg:?}");
+            for wrong in [width - 1, width + 1] {
+                let good = Some(vec![0u8; width]);
+                let bytes = stream(&[vec![good.clone()], vec![None], vec![Some(vec![0; wrong])]]);
+                let mut parser = CopyParser::new(1);
+                let mut spans = Vec::new();
+                let schema = Schema::new(vec![Field::new("c", pg.arrow_type(), true)]);
+                let mut decoder =
+                    BatchDecoder::new(Arc::new(schema), std::slice::from_ref(&pg), 8).unwrap();
+                let parsed = parser.parse(&bytes, &mut spans, 10).unwrap();
+                assert_eq!(parsed.rows, 3);
+                let error = decoder
+                    .append_rows(&bytes, &spans, parsed.rows, 0)
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    error.contains(&format!("of {wrong} bytes, expected {width}")),
+                    "{name}: {error}"
+                );
+                assert!(error.contains("row 2"), "{name}: {error}");
+            }
+        }
     }
 
     #[test]
