@@ -8,8 +8,8 @@
 
 The quiver binary is --quiver, else $QUIVER_BINARY, else `dist` or `ci` under $CARGO_TARGET_DIR
 (default ~/.cache/quiver/target); it is copied to a temporary file first, so a build in the
-same target directory during the run cannot replace it. --queries runs a subset of TPC-H (and
-then does not overwrite the results files unless --write is given).
+same target directory during the run cannot replace it. --queries runs a subset of TPC-H; a
+subset, --skip-scan or --skip-tpch does not overwrite the results files unless --write is given.
 
 Needs the TPC-H database of `postgres_setup.py` and a venv with duckdb==1.5.5,
 duckdb-extension-postgres-scanner, duckdb-extension-tpch, connectorx and pyarrow.
@@ -17,7 +17,7 @@ duckdb-extension-postgres-scanner, duckdb-extension-tpch, connectorx and pyarrow
 1. Full scan of `lineitem` into Arrow with N connections: quiver (CLI, `--time`), DuckDB's
    postgres_scanner, ConnectorX (partition_on="l_orderkey"), and the floor: N `psql` processes
    writing the binary COPY of the same ctid halves to /dev/null. Best of --runs, the readers
-   taking turns run by run.
+   taking turns run by run, each with the CPU seconds it cost the client and the server.
 2. The 22 TPC-H queries: quiver over the attached database, DuckDB over the same database
    (ATTACH ... TYPE postgres), and Postgres running them itself, 60 s timeout each, answers
    checked against DuckDB's `tpch_answers()` (scale factor 1). The systems take turns query
@@ -153,14 +153,79 @@ def scan_connectorx(dsn, connections, runs):
     return min(samples)
 
 
-def psql_path():
-    for candidate in [*sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"), reverse=True), "psql"]:
-        return candidate
+# ------------------------------------------------ CPU accounting of a scan (client and server)
+class CpuMeter:
+    """CPU seconds a scan cost the client (this process and the processes it waited for: the
+    quiver CLI, psql) and the server (the postmaster's backends, reaped or still running).
+
+    On a machine where client and server share the cores the wall time is bounded below by
+    their sum over the cores, so these say what a reader's decoding costs the scan. The server
+    side needs the cluster on this machine, readable in /proc (as `postgres_setup.py` makes
+    it); elsewhere it is None."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, dsn):
+        self.postmaster = None
+        try:
+            out = subprocess.run(
+                [*psql_base(dsn), "-A", "-t", "-c", "SHOW data_directory"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            self.postmaster = int(pathlib.Path(out, "postmaster.pid").read_text().split()[0])
+            self.server_seconds()
+        except (OSError, ValueError, IndexError, subprocess.CalledProcessError):
+            self.postmaster = None
+
+    @staticmethod
+    def _stat(pid):
+        # The fields after the command name: state is 0, utime 11, stime 12, cutime 13, cstime 14.
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields
+
+    def server_seconds(self):
+        if self.postmaster is None:
+            return None
+        fields = self._stat(self.postmaster)
+        ticks = sum(int(x) for x in fields[11:15])
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == self.postmaster:
+                continue
+            try:
+                child = self._stat(entry)
+            except OSError:
+                continue
+            if int(child[1]) == self.postmaster:
+                ticks += int(child[11]) + int(child[12])
+        return ticks / self.TICK
+
+    @staticmethod
+    def client_seconds():
+        import resource
+
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    def measure(self, fn, *args):
+        """Runs fn(*args); returns (its result, client CPU s, server CPU s or None)."""
+        client, server = self.client_seconds(), self.server_seconds()
+        result = fn(*args)
+        # Backends exit as their connections close; give the postmaster time to reap them.
+        time.sleep(0.3)
+        after = self.server_seconds()
+        return (
+            result,
+            self.client_seconds() - client,
+            None if server is None or after is None else after - server,
+        )
 
 
-def scan_floor(dsn, connections, runs):
+def psql_base(dsn):
     parts = dsn_parts(dsn)
-    base = [
+    return [
         psql_path(),
         "-X",
         "-q",
@@ -173,6 +238,15 @@ def scan_floor(dsn, connections, runs):
         "-d",
         parts["dbname"],
     ]
+
+
+def psql_path():
+    for candidate in [*sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"), reverse=True), "psql"]:
+        return candidate
+
+
+def scan_floor(dsn, connections, runs):
+    base = psql_base(dsn)
     pages = int(
         subprocess.run(
             [
@@ -369,6 +443,10 @@ def fmt(value):
     return "timeout/failed" if value is None else f"{value:.2f}"
 
 
+def fmt_cpu(value):
+    return "-" if value is None else f"{value:.2f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -433,31 +511,61 @@ def run(args, source: str) -> None:
                 ),
             )
         samples = {name: [] for name, _ in readers}
+        meter = CpuMeter(args.dsn)
         # Readers take turns run by run, so outside load falls on all of them alike.
         for _ in range(args.runs):
             for name, fn in readers:
                 try:
-                    samples[name].append(fn(args.dsn, args.connections, 1))
+                    wall, client, server = meter.measure(fn, args.dsn, args.connections, 1)
+                    if wall is not None:
+                        samples[name].append((wall, client, server))
                 except Exception as error:  # a peer failing is a result, not a crash
                     print(f"  {name} failed: {error}")
+                last = samples[name][-1] if samples[name] else (None, None, None)
                 print(
-                    f"  {name}: {fmt(samples[name][-1] if samples[name] else None)} s", flush=True
+                    f"  {name}: {fmt(last[0])} s, client CPU {fmt_cpu(last[1])} s, "
+                    f"server CPU {fmt_cpu(last[2])} s",
+                    flush=True,
                 )
-        scan = {name: best(values) for name, values in samples.items()}
+        # Each reader's fastest run, with the CPU that run took.
+        fastest = {
+            name: min(values, key=lambda run: run[0]) if values else None
+            for name, values in samples.items()
+        }
+        scan = {name: run[0] if run else None for name, run in fastest.items()}
         results["scan"] = scan
+        results["scan_cpu"] = {
+            name: {"client": run[1], "server": run[2]} if run else None
+            for name, run in fastest.items()
+        }
         floor = scan["floor (psql binary COPY to /dev/null)"]
         duck = scan["DuckDB 1.5.5 postgres_scanner"]
         lines += [
             f"## Full scan of lineitem (6,001,215 rows) into Arrow, best of {args.runs}",
             "",
-            "| reader | seconds | × floor | × DuckDB |",
-            "|---|---:|---:|---:|",
+            "| reader | seconds | × floor | × DuckDB | client CPU s | server CPU s | cores busy |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
+        cores = os.cpu_count() or 1
         for name, value in scan.items():
             ratio_floor = f"{value / floor:.2f}" if value and floor else "-"
             ratio_duck = f"{value / duck:.2f}" if value and duck else "-"
-            lines.append(f"| {name} | {fmt(value)} | {ratio_floor} | {ratio_duck} |")
-        lines.append("")
+            run = fastest[name]
+            busy = (
+                f"{(run[1] + run[2]) / run[0] / cores:.0%}" if run and run[2] is not None else "-"
+            )
+            lines.append(
+                f"| {name} | {fmt(value)} | {ratio_floor} | {ratio_duck} | "
+                f"{fmt_cpu(run[1] if run else None)} | {fmt_cpu(run[2] if run else None)} | "
+                f"{busy} |"
+            )
+        lines += [
+            "",
+            f"CPU seconds of each reader's fastest run: the client's (the reader's process and "
+            f"the processes it ran) and the Postgres backends'; cores busy = their sum over "
+            f"the wall time and the machine's {cores} cores.",
+            "",
+        ]
     if not args.skip_tpch:
         all_queries, answers = tpch_queries_and_answers()
         wanted = (
@@ -533,7 +641,8 @@ def run(args, source: str) -> None:
             f"Postgres {sum(p_times[i] for i in both):.2f} s."
         )
     print("\n".join(lines))
-    if (args.queries or peers != {"quiver", "duckdb", "postgres"}) and not args.write:
+    partial = args.queries or args.skip_scan or args.skip_tpch
+    if (partial or peers != {"quiver", "duckdb", "postgres"}) and not args.write:
         return
     out = HERE / "results"
     out.mkdir(exist_ok=True)
