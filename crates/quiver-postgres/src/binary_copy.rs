@@ -189,9 +189,11 @@ impl CopyParser {
                 let block = (max_rows - rows).clamp(1, SPAN_BLOCK_ROWS);
                 spans.resize(filled + block * self.fields, FieldSpan::default());
             }
-            let out = spans
-                .get_mut(filled..filled + self.fields)
-                .unwrap_or_default();
+            let Some(out) = spans.get_mut(filled..filled + self.fields) else {
+                // Not reached (`spans` was just grown to hold the row); were it, the row
+                // would stay unparsed and the stream end as truncated, never short.
+                break;
+            };
             match self.row(input, pos + 2, out)? {
                 Some(end) => pos = end,
                 None => break,
