@@ -260,10 +260,9 @@ impl CopyParser {
     ) -> Result<Option<usize>, CopyFormatError> {
         for slot in out.iter_mut() {
             // A length beyond the input leaves `at` past its end, so this read fails next.
-            let Some(head) = input.get(at..).and_then(|rest| rest.first_chunk::<4>()) else {
+            let Some(length) = read_i32(input, at) else {
                 return Ok(None);
             };
-            let length = i32::from_be_bytes(*head);
             at += 4;
             // `at` ≤ `input.len()` ≤ `u32::MAX` here.
             *slot = FieldSpan {

@@ -216,7 +216,7 @@ impl ColumnBuilder {
         }
         /// Appends each span's `N`-byte value converted by `$convert` (`[u8; N]` →
         /// `Result<value, String>`): one bounds check per value and no error to build unless
-        /// one is found; a value of another length is an error.
+        /// one is found; anything else takes [`fixed`], whose error names a wrong width.
         macro_rules! append_fixed {
             ($builder:expr, $name:literal, $n:literal, $convert:expr) => {{
                 for (row, span) in spans.enumerate() {
@@ -230,13 +230,12 @@ impl ColumnBuilder {
                             let value: Result<_, String> = $convert(*raw);
                             $builder.append_value(value.map_err(|m| (row, m))?)
                         }
+                        // The checked path, with `fixed`'s error for a wrong width.
                         _ => {
                             let bytes = span.value(input).map_err(|m| (row, m))?;
-                            let length = bytes.map_or(0, <[u8]>::len);
-                            return Err((
-                                row,
-                                format!("{} value of {length} bytes, expected {}", $name, $n),
-                            ));
+                            let value: Result<_, String> =
+                                fixed::<$n>(bytes.unwrap_or_default(), $name).and_then($convert);
+                            $builder.append_value(value.map_err(|m| (row, m))?)
                         }
                     }
                 }
