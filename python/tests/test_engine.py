@@ -198,6 +198,35 @@ def test_pushed_filters_match_pandas():
     assert quiver.sql("SELECT count(*) FROM df WHERE a >= 0").fetchone() == (len(df),)
 
 
+def _scan_metrics(plan: str) -> dict[str, str]:
+    line = next(line for line in plan.splitlines() if "PythonScan:" in line)
+    listed = line.split("metrics=[", 1)[1].rsplit("]", 1)[0]
+    return dict(item.split("=", 1) for item in listed.split(", "))
+
+
+def test_explain_analyze_shows_what_the_scan_read_and_returned():
+    df = _frame()
+    kept = int((df["a"] < 100).sum())
+    plan = "\n".join(
+        row[-1]
+        for row in quiver.sql("EXPLAIN ANALYZE SELECT sum(f) FROM df WHERE a < 100").fetchall()
+    )
+    metrics = _scan_metrics(plan)
+    assert metrics["output_rows"] == f"{kept / 1000:.2f} K"
+    assert metrics["rows_read"] == f"{len(df) / 1000:.1f} K"
+    assert metrics["elapsed_compute"] != "0ns"
+    # Without a filter every row read is returned; under a LIMIT the scan stops early: each
+    # of its partitions after at most 10 rows (the one that finishes second may be stopped
+    # before it starts).
+    plan = "\n".join(
+        row[-1] for row in quiver.sql("EXPLAIN ANALYZE SELECT a FROM df LIMIT 10").fetchall()
+    )
+    metrics = _scan_metrics(plan)
+    assert metrics["rows_read"] == metrics["output_rows"]
+    partitions = int(plan.split("partitions=", 1)[1].split(",", 1)[0])
+    assert 10 <= int(metrics["output_rows"]) <= 10 * partitions
+
+
 def test_and_chain_reads_later_columns_for_passing_rows_with_their_nulls():
     # A selective first conjunct, then conjuncts on columns whose NULLs are NaT, NaN or a
     # pandas mask: those columns are read only for the rows still passing, and must keep

@@ -280,7 +280,7 @@ narrow_int!(Int8Type, Int16Type, Int32Type, UInt8Type, UInt16Type, UInt32Type);
 /// (`negative` only for a signed type), in one pass. Over at most 2^31 values each of the three
 /// sums fits in a u64; one pass instead of one per half keeps the scan memory-bound at a single
 /// read of the column (the summing loop vectorises either way).
-fn split_sum(values: impl Iterator<Item = u64> + Clone, signed: bool) -> i128 {
+fn split_sum(values: impl Iterator<Item = u64>, signed: bool) -> i128 {
     let (mut high, mut low, mut negative) = (0u64, 0u64, 0u64);
     for value in values {
         high += value >> 32;
