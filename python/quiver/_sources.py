@@ -127,10 +127,14 @@ def _read_once(reader: Any):
 
 
 def _forget(key: int):
+    # The cache itself, not the module global: at interpreter exit the module's globals may
+    # be cleared before the last frames die and call this.
+    cache = _cache
+
     def callback(ref: Any) -> None:
-        entry = _cache.get(key)
+        entry = cache.get(key)
         if entry is not None and entry[0] is ref:
-            del _cache[key]
+            del cache[key]
 
     return callback
 
