@@ -516,6 +516,9 @@ def test_a_parquet_dataset_is_read_lazily_by_fragment(tmp_path):
     plan = str(quiver.sql("EXPLAIN SELECT sum(k) FROM dataset").fetchall())
     assert "PythonDatasetScan" in plan and "projection=[k]" in plan
     assert quiver.sql("SELECT sum(k), count(*) FROM dataset").fetchone() == (sum(range(5000)), 5000)
+    analyzed = quiver.sql("EXPLAIN ANALYZE SELECT sum(k) FROM dataset").fetchall()
+    scan = next(row[-1] for row in analyzed if "PythonDatasetScan" in row[-1])
+    assert "output_rows=5.00 K" in scan and "elapsed_compute=" in scan
     assert quiver.sql("SELECT count(*) FROM dataset").fetchone() == (5000,)
     rows = quiver.sql("SELECT s, count(*) FROM dataset WHERE k % 2 = 0 GROUP BY s ORDER BY s")
     assert rows.fetchall() == [(f"p{i}", 500) for i in range(5)]
