@@ -20,9 +20,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{
-    BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet, RecordOutput,
-};
+use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -244,28 +242,16 @@ impl ExecutionPlan for DatasetScanExec {
             .map_err(|e| QuiverError::Conversion(e.to_string()).into_datafusion())?;
         let schema = Arc::clone(&self.schema);
         let batch_schema = Arc::clone(&schema);
-        let mut batches = readers.into_iter().flatten().map(move |batch| {
+        let batches = readers.into_iter().flatten().map(move |batch| {
             let batch = batch.map_err(|e| {
                 QuiverError::Conversion(format!("reading the dataset: {e}")).into_datafusion()
             })?;
             exposed_batch(&batch_schema, batch)
         });
         let baseline = BaselineMetrics::new(&self.metrics, partition);
-        let measured = std::iter::from_fn(move || {
-            let timer = baseline.elapsed_compute().timer();
-            let batch = batches.next();
-            timer.done();
-            match &batch {
-                Some(Ok(batch)) => {
-                    batch.record_output(&baseline);
-                }
-                _ => baseline.done(),
-            }
-            batch
-        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             schema,
-            futures::stream::iter(measured),
+            futures::stream::iter(super::measured(batches, baseline)),
         )))
     }
 

@@ -1227,6 +1227,26 @@ impl TableProvider for PythonTable {
     }
 }
 
+/// `batches` as EXPLAIN ANALYZE shows them in `baseline`: the time spent producing each
+/// batch (`elapsed_compute`), and the rows, bytes and batches produced.
+fn measured(
+    mut batches: impl Iterator<Item = DFResult<RecordBatch>>,
+    baseline: BaselineMetrics,
+) -> impl Iterator<Item = DFResult<RecordBatch>> {
+    std::iter::from_fn(move || {
+        let timer = baseline.elapsed_compute().timer();
+        let batch = batches.next();
+        timer.done();
+        if let Some(Ok(batch)) = &batch {
+            batch.record_output(&baseline);
+        } else {
+            // The end, or an error: the partition's end time is now.
+            baseline.done();
+        }
+        batch
+    })
+}
+
 /// The scan of a [`PythonTable`].
 #[derive(Clone)]
 struct PythonScanExec {
@@ -1330,7 +1350,7 @@ impl ExecutionPlan for PythonScanExec {
         let rows_read = MetricBuilder::new(&self.metrics).counter("rows_read", partition);
         let mut remaining = self.limit.unwrap_or(usize::MAX);
         let mut morsels = morsels.into_iter();
-        let mut next = move || {
+        let next = move || {
             while remaining > 0 {
                 let (start, len) = morsels.next()?;
                 if filters.is_empty() {
@@ -1355,19 +1375,7 @@ impl ExecutionPlan for PythonScanExec {
             }
             None
         };
-        let batches = std::iter::from_fn(move || {
-            let timer = baseline.elapsed_compute().timer();
-            let batch = next();
-            timer.done();
-            if let Some(Ok(batch)) = &batch {
-                batch.record_output(&baseline);
-            } else {
-                // The end, or an error: the partition's end time is now.
-                baseline.done();
-            }
-            batch
-        });
-        let batches = futures::stream::iter(batches);
+        let batches = futures::stream::iter(measured(std::iter::from_fn(next), baseline));
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
     }
 
