@@ -15,8 +15,9 @@ runs in its own process over its own copy of the frame. Per query: the first run
 includes whatever conversion or registration the engine does: chDB, DuckDB and quiver scan
 the frame in place on every query, DataFusion and Polars convert it once, before their first
 query, and that time is added to their first query) and the best of `--runs` hot runs (more
-for a query of a few milliseconds: hot runs continue until they add up to a quarter of a second,
-at most 30, for every engine alike); every run fetches the whole result as Arrow (Polars: a polars DataFrame).
+for a query of a few milliseconds: hot runs continue until they add up to a quarter of a
+second, at most 30, for every engine alike); every run fetches the whole result as Arrow
+(Polars: a polars DataFrame).
 
 This machine's speed drifts by 20-40% over minutes (other tenants), and an engine's whole pass
 takes about a minute, so one pass per engine can put one engine in a slow phase and its peer in
@@ -144,8 +145,8 @@ def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) 
         times = []
         try:
             # The first run, then at least `runs` hot ones; a query of a few milliseconds,
-            # whose best of 3 is mostly timer and scheduler noise on this machine, gets more
-            # hot runs (up to HOT_BUDGET seconds of them, at most HOT_MAX), every engine alike.
+            # for which 3 runs are too few samples on this machine, gets more hot runs (up to
+            # HOT_BUDGET seconds of them, at most HOT_MAX), every engine alike.
             while len(times) < runs + 1 or (
                 sum(times[1:]) < HOT_BUDGET and len(times) < HOT_MAX + 1
             ):
@@ -181,8 +182,9 @@ def report(results: dict, numbers: list[int], rows: int, runs: int, rounds: int)
     passes = f"{rounds} passes per engine (engine order reversed every other pass)"
     lines = [
         f"ClickBench over a {rows:,}-row in-memory pandas DataFrame, {passes}: best of the "
-        f"{runs * rounds} hot runs (up to {HOT_MAX * rounds} for a query of milliseconds), and the best of the {rounds} first runs (with conversion/"
-        "registration), seconds, lower is better; "
+        f"{runs * rounds} hot runs (up to {HOT_MAX * rounds} for a query of milliseconds), "
+        f"and the best of the {rounds} first runs (with conversion/registration), seconds, "
+        "lower is better; "
         "ratio = quiver / best peer that ran the query.",
         "",
     ]
