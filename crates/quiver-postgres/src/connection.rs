@@ -8,8 +8,9 @@
 //! user, a database named after the user. Without a password from the string or `PGPASSWORD`,
 //! the password file is read as libpq reads it ([`crate::passfile`]: `passfile=`,
 //! `PGPASSFILE`, `~/.pgpass`). TLS follows `sslmode` and its files as libpq does
-//! ([`crate::tls`]). `service=` (or `PGSERVICE`) reads a section of a service file
-//! ([`crate::service`]), whose values come after the string's and before the environment's.
+//! ([`crate::tls`]), and so does `channel_binding` (or `PGCHANNELBINDING`). `service=` (or
+//! `PGSERVICE`) reads a section of a service file ([`crate::service`]), whose values come after
+//! the string's and before the environment's.
 //!
 //! A password is never shown: [`ConnectTarget::describe`] is the only way a target is printed.
 //!
@@ -23,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::config::{Host, SslMode as PgSsl};
+use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
 use tokio_postgres::{Client, Config, NoTls};
 use tokio_util::either::Either;
 
@@ -79,7 +80,7 @@ impl ConnectTarget {
 
     /// Parses `dsn`, filling the gaps from `env` (a test seam for the environment).
     pub fn parse_with_env(dsn: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let mut own = vec!["passfile"];
+        let mut own = vec!["passfile", "channel_binding"];
         own.extend(tls::OPTIONS);
         let mut known = own.clone();
         known.push("service");
@@ -99,6 +100,13 @@ impl ConnectTarget {
             service::apply(service::lookup(&name, &env)?, &mut config, &mut taken, &own)?;
         }
         let passfile = option(&taken, "passfile").map(str::to_string);
+        let binding = option(&taken, "channel_binding")
+            .map(str::to_string)
+            .or_else(|| env("PGCHANNELBINDING"))
+            .filter(|value| !value.is_empty());
+        if let Some(text) = binding {
+            config.channel_binding(parse_channel_binding(&text)?);
+        }
         let tls = TlsSettings::from_options(&taken, &env)?;
         if config.get_hosts().is_empty() {
             match env("PGHOST").filter(|h| !h.is_empty()) {
@@ -204,6 +212,12 @@ impl ConnectTarget {
             return source.to_string();
         }
         let reason = source.to_string();
+        if reason.contains("did not use channel binding") {
+            return "channel_binding=require, but the server logged in without channel binding \
+                    (it needs TLS and a SCRAM password login; a Unix socket, sslmode=disable or \
+                    a trust, md5 or certificate login has none)"
+                .to_string();
+        }
         if self.config.get_password().is_none() && reason.contains("password") {
             "the server asks for a password and none was given (not in the connection \
              string, PGPASSWORD or a password file that only its owner may read)"
@@ -409,6 +423,19 @@ fn add_host(config: &mut Config, host: &str) {
     }
 }
 
+/// libpq's `channel_binding` (tokio-postgres reads it too, but not from `PGCHANNELBINDING`
+/// or a service file, so quiver takes it out of the string and applies it).
+fn parse_channel_binding(text: &str) -> Result<ChannelBinding> {
+    match text {
+        "disable" => Ok(ChannelBinding::Disable),
+        "prefer" => Ok(ChannelBinding::Prefer),
+        "require" => Ok(ChannelBinding::Require),
+        _ => Err(PostgresError::InvalidDsn(format!(
+            "channel_binding \"{text}\" is not one of disable, prefer, require"
+        ))),
+    }
+}
+
 /// tokio-postgres's parse errors quote the offending option; make sure a password value
 /// never survives into the message.
 fn redact_parse_error(message: &str) -> String {
@@ -492,6 +519,45 @@ mod tests {
         let target =
             ConnectTarget::parse_with_env("", env(&[("USER", "bob"), ("PGHOST", "h")])).unwrap();
         assert_eq!(target.describe(), "bob@h:5432/bob");
+    }
+
+    #[test]
+    fn channel_binding_comes_from_the_string_a_service_or_the_environment() {
+        let binding = |dsn: &str, vars: &[(&str, &str)]| {
+            ConnectTarget::parse_with_env(dsn, env(vars)).map(|t| t.config.get_channel_binding())
+        };
+        let (host, user) = (("PGHOST", "/run/pg"), ("USER", "app"));
+        assert_eq!(binding("", &[host, user]).unwrap(), ChannelBinding::Prefer);
+        assert_eq!(
+            binding("channel_binding=require", &[host, user]).unwrap(),
+            ChannelBinding::Require
+        );
+        assert_eq!(
+            binding("postgresql://app@db/shop?channel_binding=disable", &[]).unwrap(),
+            ChannelBinding::Disable
+        );
+        let from_env = [host, user, ("PGCHANNELBINDING", "require")];
+        assert_eq!(binding("", &from_env).unwrap(), ChannelBinding::Require);
+        assert_eq!(
+            binding("channel_binding=prefer", &from_env).unwrap(),
+            ChannelBinding::Prefer
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("services.conf");
+        std::fs::write(&file, "[bound]\nchannel_binding=require\n").unwrap();
+        let file = file.display().to_string();
+        let service = [host, user, ("PGSERVICEFILE", file.as_str())];
+        assert_eq!(
+            binding("service=bound", &service).unwrap(),
+            ChannelBinding::Require
+        );
+        let error = binding("channel_binding=always", &[host, user])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("channel_binding \"always\" is not one of"),
+            "{error}"
+        );
     }
 
     #[test]

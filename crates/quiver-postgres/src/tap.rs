@@ -201,6 +201,11 @@ impl<S> TapStream<S> {
         }
     }
 
+    /// The stream under the tap (the TLS session, for its certificates).
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
     /// The socket and the tap, apart again (to put TLS between them). Only before
     /// [`CopyTap::start_framing`]: until then nothing is buffered here.
     pub fn into_parts(self) -> (S, CopyTap) {

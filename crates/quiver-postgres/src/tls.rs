@@ -21,9 +21,15 @@
 //! The handshake is rustls's (with the ring provider), done under the tap: the TLS stream is
 //! wrapped in [`TapStream`], so COPY data is still taken off in plaintext chunks.
 //!
-//! Not supported: channel binding (plain SCRAM is used, so `channel_binding=require` fails),
-//! certificate revocation lists (`sslcrl`), keys protected by `sslpassword`. Cancel requests go
-//! in plain text, which the server accepts whatever `pg_hba.conf` says.
+//! SCRAM logins over TLS bind the channel (`SCRAM-SHA-256-PLUS` with RFC 5929's
+//! `tls-server-end-point`, the one binding Postgres offers) whenever the server offers it, and
+//! `channel_binding` says whether that may be skipped (`prefer`, the default), must not be used
+//! (`disable`) or is required (`require`: a login without it fails) — see
+//! [`server_end_point`]. A server certificate signed with RSASSA-PSS or EdDSA has no binding
+//! (Postgres cannot compute one either).
+//!
+//! Not supported: certificate revocation lists (`sslcrl`), keys protected by `sslpassword`.
+//! Cancel requests go in plain text, which the server accepts whatever `pg_hba.conf` says.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -441,13 +447,155 @@ impl TlsConnect<TapStream<Socket>> for Connector {
 
 impl tokio_postgres::tls::TlsStream for TapStream<TlsSocket> {
     fn channel_binding(&self) -> ChannelBinding {
-        ChannelBinding::none()
+        let (_, session) = self.get_ref().get_ref();
+        match session
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|certificate| server_end_point(certificate))
+        {
+            Some(hash) => ChannelBinding::tls_server_end_point(hash),
+            None => ChannelBinding::none(),
+        }
     }
+}
+
+/// RFC 5929's `tls-server-end-point` binding data: the server's certificate (DER) hashed with
+/// the hash of the algorithm it is signed with — SHA-256 in place of MD5 and SHA-1 — as
+/// Postgres computes it (`be_tls_get_certificate_hash`). `None` for a signature algorithm
+/// without one such hash (RSASSA-PSS, EdDSA, anything unknown) or a certificate this cannot
+/// read; the login then goes without channel binding.
+pub fn server_end_point(certificate: &[u8]) -> Option<Vec<u8>> {
+    const RSA: [u8; 8] = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01]; // 1.2.840.113549.1.1
+    const ECDSA: [u8; 6] = [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04]; // 1.2.840.10045.4
+    let oid = signature_algorithm(certificate)?;
+    let hash = if let Some(rest) = oid.strip_prefix(&RSA[..]) {
+        match rest {
+            // md5WithRSAEncryption, sha1WithRSAEncryption
+            [0x04] | [0x05] | [0x0b] => &ring::digest::SHA256,
+            [0x0c] => &ring::digest::SHA384,
+            [0x0d] => &ring::digest::SHA512,
+            _ => return None,
+        }
+    } else if let Some(rest) = oid.strip_prefix(&ECDSA[..]) {
+        match rest {
+            // ecdsa-with-SHA1, ecdsa-with-SHA256
+            [0x01] | [0x03, 0x02] => &ring::digest::SHA256,
+            [0x03, 0x03] => &ring::digest::SHA384,
+            [0x03, 0x04] => &ring::digest::SHA512,
+            _ => return None,
+        }
+    } else {
+        return None;
+    };
+    Some(ring::digest::digest(hash, certificate).as_ref().to_vec())
+}
+
+/// The object identifier (its DER contents) of a certificate's `signatureAlgorithm`:
+/// `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE, signatureAlgorithm SEQUENCE { OID, … }, … }`.
+fn signature_algorithm(certificate: &[u8]) -> Option<&[u8]> {
+    const SEQUENCE: u8 = 0x30;
+    const OID: u8 = 0x06;
+    let (body, _) = der_element(certificate, SEQUENCE)?;
+    let (_tbs, rest) = der_element(body, SEQUENCE)?;
+    let (algorithm, _) = der_element(rest, SEQUENCE)?;
+    let (oid, _) = der_element(algorithm, OID)?;
+    Some(oid)
+}
+
+/// The contents of the DER element with `tag` at the start of `input`, and what follows it;
+/// `None` for another tag or a length that runs past the input.
+fn der_element(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
+    let (&found, rest) = input.split_first()?;
+    if found != tag {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let width = usize::from(first & 0x7f);
+        if width == 0 || width > 4 || rest.len() < width {
+            return None;
+        }
+        let (bytes, rest) = rest.split_at(width);
+        let length = bytes
+            .iter()
+            .fold(0usize, |length, byte| (length << 8) | usize::from(*byte));
+        (length, rest)
+    };
+    (length <= rest.len()).then(|| rest.split_at(length))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A DER element: `tag`, the length (long form above 127), `contents`.
+    fn der(tag: u8, contents: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        match contents.len() {
+            n if n < 0x80 => out.push(n as u8),
+            n if n <= 0xff => out.extend([0x81, n as u8]),
+            n => out.extend([0x82, (n >> 8) as u8, n as u8]),
+        }
+        out.extend_from_slice(contents);
+        out
+    }
+
+    /// A certificate's outline: a to-be-signed part of `tbs_len` bytes, the algorithm, a
+    /// signature.
+    fn certificate(tbs_len: usize, oid: &[u8]) -> Vec<u8> {
+        let mut algorithm = der(0x06, oid);
+        algorithm.extend([0x05, 0x00]); // NULL parameters, as RSA has them
+        let mut body = der(0x30, &vec![0x5a; tbs_len]);
+        body.extend(der(0x30, &algorithm));
+        body.extend(der(0x03, &[0x00, 0x12, 0x34]));
+        der(0x30, &body)
+    }
+
+    #[test]
+    fn the_end_point_hash_follows_the_signature_algorithm() {
+        let rsa = |last: u8| [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, last];
+        let ecdsa = |tail: &[u8]| [&[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04][..], tail].concat();
+        let cases: Vec<(Vec<u8>, Option<&ring::digest::Algorithm>)> = vec![
+            (rsa(0x04).to_vec(), Some(&ring::digest::SHA256)), // MD5 → SHA-256
+            (rsa(0x05).to_vec(), Some(&ring::digest::SHA256)), // SHA-1 → SHA-256
+            (rsa(0x0b).to_vec(), Some(&ring::digest::SHA256)),
+            (rsa(0x0c).to_vec(), Some(&ring::digest::SHA384)),
+            (rsa(0x0d).to_vec(), Some(&ring::digest::SHA512)),
+            (rsa(0x0a).to_vec(), None), // RSASSA-PSS
+            (ecdsa(&[0x01]), Some(&ring::digest::SHA256)),
+            (ecdsa(&[0x03, 0x02]), Some(&ring::digest::SHA256)),
+            (ecdsa(&[0x03, 0x03]), Some(&ring::digest::SHA384)),
+            (ecdsa(&[0x03, 0x04]), Some(&ring::digest::SHA512)),
+            (vec![0x2b, 0x65, 0x70], None), // Ed25519
+        ];
+        // Short and long (one- and two-byte) lengths in the to-be-signed part.
+        for tbs_len in [10, 200, 1500] {
+            for (oid, hash) in &cases {
+                let cert = certificate(tbs_len, oid);
+                let expected = hash.map(|hash| ring::digest::digest(hash, &cert).as_ref().to_vec());
+                assert_eq!(server_end_point(&cert), expected, "{oid:02x?} {tbs_len}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_certificate_that_cannot_be_read_has_no_end_point() {
+        let good = certificate(300, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]);
+        assert!(server_end_point(&good).is_some());
+        // Every truncation runs a length past the end.
+        for end in 0..good.len() {
+            assert_eq!(server_end_point(&good[..end]), None, "cut at {end}");
+        }
+        let mut wrong_tag = good.clone();
+        wrong_tag[0] = 0x31;
+        assert_eq!(server_end_point(&wrong_tag), None);
+        // A length of more than four bytes, and an indefinite length (not DER).
+        assert_eq!(server_end_point(&[0x30, 0x85, 0, 0, 0, 0, 1, 0]), None);
+        assert_eq!(server_end_point(&[0x30, 0x80, 0x30, 0x00]), None);
+        assert_eq!(server_end_point(&[]), None);
+    }
 
     fn settings(options: &[(&str, &str)], env: &[(&str, &str)]) -> Result<TlsSettings> {
         let options: Vec<(String, String)> = options

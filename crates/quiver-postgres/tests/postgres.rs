@@ -719,12 +719,22 @@ async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
         assert!(error.contains(expected), "{host} {options}: {error}");
     }
 
-    // A password login (SCRAM, without channel binding) and a client-certificate login.
+    // A password login (SCRAM, binding the channel when it can) and a client-certificate login.
     let dsn = format!(
         "host=localhost port={} user=secret_user password=hunter2-secret dbname=shop",
         pg.port
     );
     assert_eq!(who(query(&ctx, &whoami(&dsn)).await), "true secret_user");
+    // channel_binding=require logs in only through SCRAM-SHA-256-PLUS, whose proof the server
+    // checks against the hash of its own certificate: a wrong hash is refused.
+    for binding in ["require", "disable"] {
+        let bound = format!("{dsn} channel_binding={binding}");
+        assert_eq!(who(query(&ctx, &whoami(&bound)).await), "true secret_user");
+    }
+    // No TLS on the Unix socket, so no binding.
+    let unbound = format!("{} channel_binding=require", pg.dsn("shop"));
+    let error = query_err(&ctx, &whoami(&unbound)).await;
+    assert!(error.contains("without channel binding"), "{error}");
     let keys = tempfile::tempdir().unwrap();
     let key = keys.path().join("client.key");
     std::fs::copy(tls.join("client.key"), &key).unwrap();
