@@ -19,6 +19,7 @@ mod aggregate_clauses;
 mod attach;
 pub mod conjunction;
 pub mod database;
+mod default_values;
 pub mod distinct_groups;
 pub mod error;
 pub mod external;

@@ -324,6 +324,7 @@ impl Session {
             .and_then(|catalog| catalog.schema(EXTERNAL_SCHEMA));
         let mut registrations = Registrations::new(external_schema, narrow);
         resolve_names(&self.ctx, &mut statement, external, &mut registrations).await?;
+        crate::default_values::rewrite(&self.ctx, &mut statement).await?;
         let state = self.ctx.state();
         refuse_aggregate_clauses(&state, &statement)?;
         let mut plan = state

@@ -236,6 +236,40 @@ async fn insert_leaves_the_columns_it_omits_to_their_postgres_defaults() {
         ),
         "1:a:new:100:NULL:t,2:b:new:101:NULL:t,3:c1:done:102:NULL:t,4:c2:NULL:103:NULL:t"
     );
+    // DEFAULT in VALUES, without a column list: a column DEFAULT in every row is left to
+    // Postgres as an omitted one is.
+    run(
+        &session,
+        "INSERT INTO dk.public.defaults_kept VALUES \
+         (DEFAULT, 'd', 'open', DEFAULT, 'n1', DEFAULT), \
+         (DEFAULT, 'e', 'held', DEFAULT, NULL, DEFAULT)",
+    )
+    .await;
+    assert_eq!(
+        pg.psql(
+            "shop",
+            "SELECT string_agg(concat_ws(':', id, name, coalesce(status, 'NULL'), code, \
+             coalesce(note, 'NULL'), at > now() - interval '1 hour'), ',' ORDER BY id) \
+             FROM defaults_kept WHERE id > 4"
+        ),
+        "5:d:open:104:n1:t,6:e:held:105:NULL:t"
+    );
+    // Postgres's defaults are server-side: a column left to one in some rows only is refused,
+    // and nothing is written.
+    let error = session
+        .sql(
+            "INSERT INTO dk.public.defaults_kept (name, status) \
+             VALUES ('f', DEFAULT), ('g', 'set')",
+        )
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains("column \"status\" of dk.public.defaults_kept is DEFAULT in some"),
+        "{error}"
+    );
+    assert_eq!(pg.psql("shop", "SELECT count(*) FROM defaults_kept"), "6");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
