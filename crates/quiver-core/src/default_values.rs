@@ -63,6 +63,17 @@ pub(crate) async fn rewrite(ctx: &SessionContext, statement: &mut DFStatement) -
     if values.rows.iter().any(|row| row.content.len() != width) {
         return Ok(()); // the planner reports the mismatch
     }
+    // Every named column must exist, the ones about to be dropped included: an unknown name is
+    // the planner's error to report, not a column to leave out.
+    let schema = provider.schema();
+    let Some(fields) = insert
+        .columns
+        .iter()
+        .map(|column| field_named(&schema, column))
+        .collect::<Option<Vec<String>>>()
+    else {
+        return Ok(());
+    };
     let mut keep = vec![true; width];
     for (column, kept) in keep.iter_mut().enumerate() {
         let defaults = values
@@ -77,10 +88,8 @@ pub(crate) async fn rewrite(ctx: &SessionContext, statement: &mut DFStatement) -
             *kept = false;
             continue;
         }
-        let Some(field) = field_named(&provider.schema(), &insert.columns[column]) else {
-            return Ok(()); // an unknown column: the planner reports it
-        };
-        if provider.get_column_default(&field).is_some() {
+        let field = &fields[column];
+        if provider.get_column_default(field).is_some() {
             return Err(QuiverError::NotImplemented(format!(
                 "column \"{field}\" of {reference} is DEFAULT in some VALUES rows and given in \
                  others; a column with a declared default can be left to it only in every row \
