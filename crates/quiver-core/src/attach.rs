@@ -4,6 +4,8 @@
 //! ATTACH 'postgresql://app@localhost/shop' AS shop (TYPE postgres, SCHEMA 'public', READ_ONLY);
 //! SELECT count(*) FROM shop.orders;          -- the attached schema
 //! SELECT * FROM shop.public.orders;          -- any schema of the database
+//! USE shop;                                 -- unqualified names now read shop's schema
+//! USE main;                                 -- and quiver's own again
 //! DETACH shop;
 //! ```
 //!
@@ -32,6 +34,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 use quiver_postgres::{AttachOptions, PostgresCatalog};
 
 use crate::error::{parser_error_to_quiver, QuiverError, Result};
+use crate::external::EXTERNAL_SCHEMA;
 use crate::session::DEFAULT_CATALOG;
 
 /// A statement quiver runs itself rather than through DataFusion.
@@ -47,6 +50,11 @@ pub(crate) enum Command {
         alias: String,
         if_exists: bool,
     },
+    /// `USE name`: the schema of quiver's catalog (`main`, an attached database) that
+    /// unqualified table names are looked up in.
+    Use {
+        name: String,
+    },
     /// `CALL postgres_attach(...)`: the tables of `options.schema` registered in `sink_schema`
     /// (the session's default schema when `None`).
     PostgresAttach {
@@ -60,11 +68,11 @@ pub(crate) enum Command {
 /// Whether `first` starts a statement [`parse_command`] handles.
 pub(crate) fn is_command(first: &Token) -> bool {
     matches!(first, Token::Word(word)
-        if matches!(word.keyword, Keyword::ATTACH | Keyword::DETACH | Keyword::CALL))
+        if matches!(word.keyword, Keyword::ATTACH | Keyword::DETACH | Keyword::CALL | Keyword::USE))
 }
 
-/// Parses `ATTACH [DATABASE] [IF NOT EXISTS] 'dsn' [AS] alias [(option [value], ...)]` or
-/// `DETACH [DATABASE] [IF EXISTS] alias`.
+/// Parses `ATTACH [DATABASE] [IF NOT EXISTS] 'dsn' [AS] alias [(option [value], ...)]`,
+/// `DETACH [DATABASE] [IF EXISTS] alias` or `USE name`.
 pub(crate) fn parse_command(tokens: Vec<TokenWithSpan>) -> Result<Command> {
     let dialect = GenericDialect {};
     let mut p = Parser::new(&dialect).with_tokens_with_locations(tokens);
@@ -79,6 +87,22 @@ pub(crate) fn parse_command(tokens: Vec<TokenWithSpan>) -> Result<Command> {
     }
     if p.parse_keyword(Keyword::CALL) {
         return parse_call(&mut p);
+    }
+    if p.parse_keyword(Keyword::USE) {
+        let name = p.parse_object_name(false).map_err(err)?;
+        expect_end(&mut p)?;
+        let [part] = name.0.as_slice() else {
+            return Err(QuiverError::NotImplemented(format!(
+                "USE {name}: only a database or schema name (USE shop, USE main); a Postgres \
+                 schema other than the attached one is reached by name (shop.sales.orders) or \
+                 attached on its own (ATTACH … (TYPE postgres, SCHEMA 'sales'))"
+            )));
+        };
+        let name = part
+            .as_ident()
+            .map(|ident| ident.value.clone())
+            .ok_or_else(|| invalid(format!("USE {name}: not a name")))?;
+        return Ok(Command::Use { name });
     }
     p.expect_keyword(Keyword::ATTACH).map_err(err)?;
     let _ = p.parse_keyword(Keyword::DATABASE);
@@ -318,6 +342,11 @@ pub(crate) async fn run_command(ctx: &SessionContext, command: &Command) -> Resu
                 .ok_or_else(|| {
                     QuiverError::Internal("the session's catalog list cannot remove".into())
                 })?;
+            if ctx.state().config_options().catalog.default_schema == *alias {
+                return Err(QuiverError::Catalog(format!(
+                    "cannot DETACH \"{alias}\": it is the database in use (USE main first)"
+                )));
+            }
             list.catalogs.remove(alias);
             if let Some(default) = ctx.catalog(DEFAULT_CATALOG) {
                 default
@@ -326,6 +355,7 @@ pub(crate) async fn run_command(ctx: &SessionContext, command: &Command) -> Resu
             }
             Ok(())
         }
+        Command::Use { name } => use_schema(ctx, name),
         Command::PostgresAttach {
             dsn,
             sink_schema,
@@ -333,6 +363,54 @@ pub(crate) async fn run_command(ctx: &SessionContext, command: &Command) -> Resu
             options,
         } => postgres_attach(ctx, dsn, sink_schema.as_deref(), *overwrite, options).await,
     }
+}
+
+/// Makes `name` — a schema of quiver's catalog, matched as written, else ignoring case — the
+/// one unqualified table names are looked up in, as DuckDB's `USE`.
+fn use_schema(ctx: &SessionContext, name: &str) -> Result<()> {
+    let catalog = ctx
+        .catalog(DEFAULT_CATALOG)
+        .ok_or_else(|| QuiverError::Internal("the session has no default catalog".into()))?;
+    let schemas: Vec<String> = catalog
+        .schema_names()
+        .into_iter()
+        .filter(|schema| schema != EXTERNAL_SCHEMA)
+        .collect();
+    let folded: Vec<&String> = schemas
+        .iter()
+        .filter(|schema| schema.eq_ignore_ascii_case(name))
+        .collect();
+    let schema = match schemas.iter().find(|schema| *schema == name) {
+        Some(exact) => exact.clone(),
+        None => match folded.as_slice() {
+            [only] => (*only).clone(),
+            [] => {
+                let mut known: Vec<String> = schemas
+                    .iter()
+                    .map(|schema| format!("\"{schema}\""))
+                    .collect();
+                known.sort();
+                return Err(QuiverError::Catalog(format!(
+                    "USE {name}: no attached database or schema named \"{name}\"; there are: {}",
+                    known.join(", ")
+                )));
+            }
+            several => {
+                return Err(QuiverError::Catalog(format!(
+                    "USE {name}: ambiguous, it matches {} ignoring case",
+                    crate::suggest::quote_list(
+                        &several.iter().map(|s| (*s).clone()).collect::<Vec<_>>()
+                    )
+                )))
+            }
+        },
+    };
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let options = state.config_mut().options_mut();
+    options.catalog.default_catalog = DEFAULT_CATALOG.to_string();
+    options.catalog.default_schema = schema;
+    Ok(())
 }
 
 /// Registers every table and view of the Postgres schema `options.schema` in the local schema

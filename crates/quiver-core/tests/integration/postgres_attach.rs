@@ -105,6 +105,28 @@ async fn attach_query_show_describe_detach() {
     )
     .await;
 
+    // USE: unqualified names read the attached schema (case as DuckDB: ignored), and the
+    // database in use cannot be detached.
+    run(&session, "USE SHOP").await;
+    assert_eq!(
+        count(&run(&session, "SELECT count(*) FROM orders WHERE id <= 10").await),
+        10
+    );
+    let in_use = session
+        .sql("DETACH shop")
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        in_use
+            .as_deref()
+            .is_some_and(|e| e.contains("it is the database in use")),
+        "{in_use:?}"
+    );
+    run(&session, "USE main").await;
+    let local = session.sql("SELECT count(*) FROM orders").await;
+    assert!(matches!(local, Err(QuiverError::Catalog(_))), "{local:?}");
+
     run(&session, "DETACH shop").await;
     let gone = session.sql("SELECT count(*) FROM shop.orders").await;
     assert!(matches!(gone, Err(QuiverError::Catalog(_))), "{gone:?}");
