@@ -376,34 +376,16 @@ fn use_schema(ctx: &SessionContext, name: &str) -> Result<()> {
         .into_iter()
         .filter(|schema| schema != EXTERNAL_SCHEMA)
         .collect();
-    let folded: Vec<&String> = schemas
-        .iter()
-        .filter(|schema| schema.eq_ignore_ascii_case(name))
-        .collect();
-    let schema = match schemas.iter().find(|schema| *schema == name) {
-        Some(exact) => exact.clone(),
-        None => match folded.as_slice() {
-            [only] => (*only).clone(),
-            [] => {
-                let mut known: Vec<String> = schemas
-                    .iter()
-                    .map(|schema| format!("\"{schema}\""))
-                    .collect();
-                known.sort();
-                return Err(QuiverError::Catalog(format!(
-                    "USE {name}: no attached database or schema named \"{name}\"; there are: {}",
-                    known.join(", ")
-                )));
-            }
-            several => {
-                return Err(QuiverError::Catalog(format!(
-                    "USE {name}: ambiguous, it matches {} ignoring case",
-                    crate::suggest::quote_list(
-                        &several.iter().map(|s| (*s).clone()).collect::<Vec<_>>()
-                    )
-                )))
-            }
-        },
+    let Some(schema) = crate::identifiers::pick("schema", name, schemas.iter())? else {
+        let mut known: Vec<String> = schemas
+            .iter()
+            .map(|schema| format!("\"{schema}\""))
+            .collect();
+        known.sort();
+        return Err(QuiverError::Catalog(format!(
+            "USE {name}: no attached database or schema named \"{name}\"; there are: {}",
+            known.join(", ")
+        )));
     };
     let state = ctx.state_ref();
     let mut state = state.write();

@@ -19,6 +19,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use crate::error::{QuiverError, Result};
+use crate::identifiers::pick;
 
 /// Rewrites the `DEFAULT`s of an `INSERT … VALUES` statement as the module says; any other
 /// statement is left alone.
@@ -123,21 +124,16 @@ fn is_default(expr: &Expr) -> bool {
         if ident.quote_style.is_none() && ident.value.eq_ignore_ascii_case("default"))
 }
 
-/// The schema's name for an INSERT's column: the same name, else the one name equal to it
-/// ignoring case (as [`crate::identifiers`] resolves names).
+/// The schema's name for an INSERT's column, matched as [`crate::identifiers`] matches names
+/// (`None` when it has none, or several).
 fn field_named(schema: &Schema, column: &ObjectName) -> Option<String> {
     let Some(ObjectNamePart::Identifier(ident)) = column.0.last() else {
         return None;
     };
-    let names = || schema.fields().iter().map(|field| field.name());
-    if let Some(exact) = names().find(|name| **name == ident.value) {
-        return Some(exact.clone());
-    }
-    let mut folded = names().filter(|name| name.eq_ignore_ascii_case(&ident.value));
-    match (folded.next(), folded.next()) {
-        (Some(only), None) => Some(only.clone()),
-        _ => None,
-    }
+    let names: Vec<&String> = schema.fields().iter().map(|field| field.name()).collect();
+    pick("column", &ident.value, names.into_iter())
+        .ok()
+        .flatten()
 }
 
 /// The table an INSERT names (already resolved to exact names by [`crate::identifiers`]).

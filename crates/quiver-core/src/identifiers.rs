@@ -223,7 +223,7 @@ fn idents(name: &ObjectName) -> Option<Vec<Ident>> {
 
 /// Picks `wanted` from `candidates`: the exact spelling if present, else the one candidate
 /// equal ignoring case. `Ok(None)` when nothing matches.
-fn pick<'a>(
+pub(crate) fn pick<'a>(
     what: &str,
     wanted: &str,
     candidates: impl Iterator<Item = &'a String> + Clone,
