@@ -19,9 +19,11 @@
 //! (see [`crate::tap`]). `hostaddr`, TCP keepalive settings and `target_session_attrs` are
 //! not applied.
 
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
@@ -36,10 +38,56 @@ use crate::tap::{CopyTap, TapStream};
 use crate::tls::{self, SslMode, TlsSettings};
 
 /// Where to connect, fully resolved (string, environment, defaults).
+///
+/// Clones share the target's idle connections ([`ConnectTarget::connect_reused`]): an attached
+/// database keeps one target for all its queries, so its queries reuse each other's
+/// connections instead of logging in again (a new backend costs Postgres a fork and the login
+/// several milliseconds, more than a point query takes). Connections are shared only between
+/// clones, never between targets parsed separately — two strings that differ only in their
+/// password must not share a logged-in connection.
 #[derive(Clone)]
 pub struct ConnectTarget {
     config: Config,
     tls: TlsSettings,
+    idle: Arc<IdleConnections>,
+}
+
+/// How many idle connections a target keeps at most (DuckDB's scanner keeps up to 8 or the
+/// number of threads); a connection given back beyond that is closed.
+const MAX_IDLE: usize = 16;
+
+/// How long a connection may stay idle before it is closed rather than reused (servers and
+/// proxies often close idle sessions themselves after a few minutes).
+const IDLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// A target's connections between queries: logged in, outside any transaction, not in COPY.
+#[derive(Default)]
+struct IdleConnections {
+    connections: Mutex<Vec<(PgConnection, Instant)>>,
+}
+
+impl IdleConnections {
+    /// The most recently used live connection; stale and closed ones are dropped (closed).
+    fn take(&self) -> Option<PgConnection> {
+        let mut connections = self.connections.lock().ok()?;
+        connections
+            .retain(|(connection, since)| !connection.is_closed() && since.elapsed() < IDLE_LIMIT);
+        connections.pop().map(|(connection, _)| connection)
+    }
+
+    fn put(&self, connection: PgConnection) {
+        if connection.is_closed() {
+            return;
+        }
+        if let Ok(mut connections) = self.connections.lock() {
+            connections.retain(|(connection, since)| {
+                !connection.is_closed() && since.elapsed() < IDLE_LIMIT
+            });
+            if connections.len() < MAX_IDLE {
+                connections.push((connection, Instant::now()));
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for ConnectTarget {
@@ -176,7 +224,11 @@ impl ConnectTarget {
                 .unwrap_or(30);
             config.connect_timeout(Duration::from_secs(seconds));
         }
-        Ok(ConnectTarget { config, tls })
+        Ok(ConnectTarget {
+            config,
+            tls,
+            idle: Arc::default(),
+        })
     }
 
     /// `user@host:port/dbname`, never with the password.
@@ -263,6 +315,48 @@ impl ConnectTarget {
             }
         };
         outcome.map_err(|e| connect_error(self.login_message(&e)))
+    }
+
+    /// A connection of this target's idle ones (see [`ConnectTarget`]), or a new one. The
+    /// caller may find it closed by the server since (a restart, an idle timeout): it can ask
+    /// again with [`ConnectTarget::connect`].
+    pub async fn connect_reused(&self) -> Result<PgConnection> {
+        match self.idle.take() {
+            Some(connection) => Ok(connection),
+            None => self.connect().await,
+        }
+    }
+
+    /// Gives back a connection of this target for [`ConnectTarget::connect_reused`]. Only a
+    /// connection outside any transaction and not in COPY may be given back: the next query
+    /// must find it as a new one.
+    pub fn reuse_later(&self, connection: PgConnection) {
+        self.idle.put(connection);
+    }
+
+    /// Runs `work` on one of this target's idle connections, or a new one (`work` hands the
+    /// connection back with its outcome), and keeps the connection for later when `work`
+    /// succeeds (`work` must leave no transaction open). When
+    /// a reused connection fails because the server closed it while idle, `work` runs again
+    /// on a new connection — once, so a real error is not retried.
+    pub async fn with_connection<T, F>(&self, work: impl Fn(PgConnection) -> F) -> Result<T>
+    where
+        F: Future<Output = (PgConnection, Result<T>)>,
+    {
+        if let Some(connection) = self.idle.take() {
+            match work(connection).await {
+                (connection, Ok(value)) => {
+                    self.reuse_later(connection);
+                    return Ok(value);
+                }
+                (connection, Err(_)) if connection.is_closed() => {}
+                (_, Err(error)) => return Err(error),
+            }
+        }
+        let (connection, value) = work(self.connect().await?).await;
+        let value = value?;
+        self.reuse_later(connection);
+        Ok(value)
     }
 
     /// Logs in over `socket`, with TLS as `ssl` says.

@@ -50,6 +50,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use crate::catalog::{describe_query, Relation};
 use crate::connection::ConnectTarget;
 use crate::copy_in::pg_type_for;
+use crate::error::PostgresError;
 use crate::scan::{PostgresTable, ScanOptions};
 use crate::sql::quote_ident;
 use crate::types::PgType;
@@ -467,9 +468,23 @@ fn remote_sql(subtree: &LogicalPlan) -> DFResult<Option<String>> {
 async fn try_push(subtree: &LogicalPlan, candidate: Candidate) -> Option<LogicalPlan> {
     let sql = remote_sql(subtree).ok()??;
     let target = candidate.target.clone()?;
-    let client = target.connect().await.ok()?;
-    let rows = cheaper_on_server(&client, &sql, &candidate).await?;
-    let columns = describe_query(&client, &sql).await.ok()?;
+    let decided = target
+        .with_connection(|client| async {
+            let decided = match cheaper_on_server(&client, &sql, &candidate).await {
+                Some(rows) => describe_query(&client, &sql)
+                    .await
+                    .map(|columns| Some((rows, columns))),
+                // Asking again on a new connection is right only when this one was closed.
+                None if client.is_closed() => Err(PostgresError::Server {
+                    what: "deciding on pushdown".into(),
+                    message: "the connection was closed".into(),
+                }),
+                None => Ok(None),
+            };
+            (client, decided)
+        })
+        .await;
+    let (rows, columns) = decided.ok()??;
     if columns.len() != subtree.schema().fields().len() {
         return None;
     }

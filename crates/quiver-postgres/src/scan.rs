@@ -126,8 +126,12 @@ impl PostgresTable {
         name: &str,
         options: ScanOptions,
     ) -> Result<Self> {
-        let client = target.connect().await?;
-        let relation = describe_relation(&client, schema, name).await?;
+        let relation = target
+            .with_connection(|client| async move {
+                let described = describe_relation(&client, schema, name).await;
+                (client, described)
+            })
+            .await?;
         Ok(Self::new(target, ScanSource::Relation(relation), options))
     }
 
@@ -139,8 +143,12 @@ impl PostgresTable {
                 "postgres_query: the query is empty".into(),
             ));
         }
-        let client = target.connect().await?;
-        let columns = describe_query(&client, &sql).await?;
+        let columns = target
+            .with_connection(|client| async {
+                let described = describe_query(&client, &sql).await;
+                (client, described)
+            })
+            .await?;
         let mut table = Self::new(target, ScanSource::Query(sql), options);
         table.set_columns(columns);
         Ok(table)

@@ -9,9 +9,12 @@
 //! The exporting transaction must stay open while others import, so the exporting connection
 //! stays in the pool — it reads tasks like any other — until the query's plan is dropped.
 //! Scans plan on a connection of the pool too (their catalog questions then see the snapshot).
-//! Connections are opened on demand and returned to the pool only after a COPY ended cleanly;
+//! Connections are taken on demand and returned to the pool only after a COPY ended cleanly;
 //! one dropped in the middle of a COPY (an error, LIMIT satisfied, Ctrl-C) is closed, and the
-//! server is sent a cancel request so it stops the COPY at once.
+//! server is sent a cancel request so it stops the COPY at once. When the query is done its
+//! transactions are rolled back and its connections kept by the target for the next query
+//! ([`ConnectTarget::connect_reused`]): a query over an attached database then logs in to
+//! nothing, where two new backends cost it about 10 ms.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -65,6 +68,8 @@ pub struct SnapshotPool {
     /// connection is dropped when its COPY is abandoned (a LIMIT, Ctrl-C), and if that were
     /// the exporter, its snapshot would end with it and every later import would fail.
     exporter: Mutex<Option<PgConnection>>,
+    /// Where the query runs: the connections' transactions are ended there when it is done.
+    runtime: Option<tokio::runtime::Handle>,
     /// How many scans of the query read exactly the same statements, by their statements.
     scans: Mutex<HashMap<String, usize>>,
     /// Reads shared by identical scans, by statements and partition (see [`Self::shared_read`]).
@@ -98,6 +103,7 @@ impl SnapshotPool {
             snapshot: tokio::sync::OnceCell::new(),
             idle: Mutex::new(Vec::new()),
             exporter: Mutex::new(None),
+            runtime: tokio::runtime::Handle::try_current().ok(),
             scans: Mutex::new(HashMap::new()),
             shared: Mutex::new(HashMap::new()),
         }
@@ -158,27 +164,29 @@ impl SnapshotPool {
         if let Some(client) = self.take_idle() {
             return Ok(PooledClient::new(client, self));
         }
-        let client = self.target.connect().await?;
         let literal = quote_literal(&snapshot).ok_or_else(|| PostgresError::Server {
             what: "importing the snapshot".into(),
             message: "the snapshot identifier is not text".into(),
         })?;
-        client
-            .batch_execute(&format!(
+        let client = begin(
+            &self.target,
+            &format!(
                 "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; \
                  SET TRANSACTION SNAPSHOT {literal}"
-            ))
-            .await
-            .map_err(|e| PostgresError::server("importing the query's snapshot", &e))?;
+            ),
+            "importing the query's snapshot",
+        )
+        .await?;
         Ok(PooledClient::new(client, self))
     }
 
     async fn export_snapshot(&self) -> Result<String> {
-        let client = self.target.connect().await?;
-        client
-            .batch_execute("BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(|e| PostgresError::server("starting the snapshot transaction", &e))?;
+        let client = begin(
+            &self.target,
+            "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            "starting the snapshot transaction",
+        )
+        .await?;
         let row = client
             .query_one("SELECT pg_catalog.pg_export_snapshot()", &[])
             .await
@@ -210,6 +218,53 @@ impl SnapshotPool {
         if let Ok(mut idle) = self.idle.lock() {
             idle.push(client);
         }
+    }
+}
+
+/// Runs `statements` (a transaction's start) on one of `target`'s idle connections, or on a new
+/// one. A reused connection that fails them is closed and a new one tried: the server may have
+/// ended the session while it was idle, and a real error shows again on the new connection.
+async fn begin(target: &ConnectTarget, statements: &str, what: &str) -> Result<PgConnection> {
+    let reused = target.connect_reused().await?;
+    if reused.batch_execute(statements).await.is_ok() {
+        return Ok(reused);
+    }
+    drop(reused);
+    let client = target.connect().await?;
+    client
+        .batch_execute(statements)
+        .await
+        .map_err(|e| PostgresError::server(what, &e))?;
+    Ok(client)
+}
+
+impl Drop for SnapshotPool {
+    /// Ends the query's transactions and gives their connections back to the target, for the
+    /// next query. The rollback runs on the runtime the query planned on: a session idling in
+    /// a transaction would hold back the server's vacuum. Without that runtime (shut down) the
+    /// connections are closed.
+    fn drop(&mut self) {
+        let mut connections: Vec<PgConnection> = match self.idle.get_mut() {
+            Ok(idle) => std::mem::take(idle),
+            Err(_) => Vec::new(),
+        };
+        if let Ok(exporter) = self.exporter.get_mut() {
+            connections.extend(exporter.take());
+        }
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        if connections.is_empty() {
+            return;
+        }
+        let target = self.target.clone();
+        runtime.spawn(async move {
+            for connection in connections {
+                if connection.batch_execute("ROLLBACK").await.is_ok() {
+                    target.reuse_later(connection);
+                }
+            }
+        });
     }
 }
 

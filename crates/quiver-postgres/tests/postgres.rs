@@ -923,6 +923,75 @@ async fn attached_tables_are_described_on_one_kept_connection() {
     assert!(schema.table("no_such_table").await.unwrap().is_none());
 }
 
+/// Polls until the backends named `app` all idle outside a transaction (no snapshot held back
+/// from vacuum), and returns their process ids, sorted.
+async fn idle_backends(pg: &common::PgCluster, app: &str) -> String {
+    let busy = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' \
+         AND (state <> 'idle' OR backend_xmin IS NOT NULL)"
+    );
+    for _ in 0..100 {
+        if pg.psql("shop", &busy) == "0" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        pg.psql("shop", &busy),
+        "0",
+        "a kept connection is still in a transaction"
+    );
+    // The rollback is seen by the server a moment before the connection is kept.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    pg.psql(
+        "shop",
+        &format!(
+            "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity \
+             WHERE application_name = '{app}'"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queries_of_an_attached_database_reuse_its_connections() {
+    use quiver_postgres::{attach, AttachOptions};
+
+    let pg = require_cluster!();
+    let app = "quiver_reuse_test";
+    let dsn = format!("{} application_name={app}", pg.dsn("shop"));
+    let ctx = context();
+    let catalog = attach(&dsn, AttachOptions::default()).await.unwrap();
+    ctx.register_catalog("shop", catalog);
+    let sql = "SELECT count(*), sum(id) FROM shop.public.orders WHERE id <= 100";
+    let check = |batches: &[RecordBatch]| {
+        assert_eq!(single_i64(batches, 0), 100);
+        assert_eq!(single_i64(batches, 1), 5050);
+    };
+    check(&query(&ctx, sql).await);
+    let first = idle_backends(pg, app).await;
+    assert!(!first.is_empty(), "no connection was kept");
+    for _ in 0..5 {
+        check(&query(&ctx, sql).await);
+        assert_eq!(
+            idle_backends(pg, app).await,
+            first,
+            "a later query logged in again instead of reusing the kept connections"
+        );
+    }
+    // The server ends the kept sessions (a restart, an idle timeout): the next query connects
+    // again instead of failing.
+    pg.psql(
+        "shop",
+        &format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{app}'"
+        ),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    check(&query(&ctx, sql).await);
+    check(&query(&ctx, sql).await);
+}
+
 /// Runs `sql` the way a quiver session does: joins the server's planner expects to win are
 /// pushed into Postgres before DataFusion optimizes.
 async fn query_pushed(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
