@@ -4,6 +4,7 @@
 use tokio_postgres::types::Kind;
 use tokio_postgres::Client;
 
+use crate::connection::PgConnection;
 use crate::error::{PostgresError, Result};
 use crate::sql::qualified_name;
 use crate::types::{PgColumn, PgType, TypeInfo};
@@ -255,7 +256,7 @@ pub struct Heap {
 }
 
 /// The heaps behind a relation: itself, or for a partitioned table its leaf partitions.
-pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
+pub async fn heaps(client: &PgConnection, relation: &Relation) -> Result<Vec<Heap>> {
     let sql = if relation.kind == RelationKind::Partitioned {
         "SELECT n.nspname::text, c.relname::text, c.relkind::text, \
                 greatest(c.relpages::int8, pg_catalog.pg_relation_size(c.oid) \
@@ -274,10 +275,12 @@ pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
          WHERE c.oid = $1"
     };
+    let reading = |e| PostgresError::server("reading a table's size", &e);
+    let statement = client.prepared(sql).await.map_err(reading)?;
     let rows = client
-        .query(sql, &[&relation.oid])
+        .query(&statement, &[&relation.oid])
         .await
-        .map_err(|e| PostgresError::server("reading a table's size", &e))?;
+        .map_err(reading)?;
     Ok(rows
         .iter()
         .filter_map(|row| {
@@ -293,15 +296,6 @@ pub async fn heaps(client: &Client, relation: &Relation) -> Result<Vec<Heap>> {
             })
         })
         .collect())
-}
-
-/// `server_version_num`, e.g. 160004.
-pub async fn server_version(client: &Client) -> Result<i64> {
-    Ok(client
-        .query_one("SELECT current_setting('server_version_num')::int8", &[])
-        .await
-        .map_err(|e| PostgresError::server("reading the server version", &e))?
-        .get(0))
 }
 
 /// The top node of the plan Postgres would use for `select`, with its row estimate: the

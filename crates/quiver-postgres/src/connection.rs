@@ -19,6 +19,7 @@
 //! (see [`crate::tap`]). `hostaddr`, TCP keepalive settings and `target_session_attrs` are
 //! not applied.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 use tokio_util::either::Either;
 
 use crate::error::{PostgresError, Result};
@@ -70,8 +71,7 @@ impl IdleConnections {
     /// The most recently used live connection; stale and closed ones are dropped (closed).
     fn take(&self) -> Option<PgConnection> {
         let mut connections = self.connections.lock().ok()?;
-        connections
-            .retain(|(connection, since)| !connection.is_closed() && since.elapsed() < IDLE_LIMIT);
+        Self::prune(&mut connections);
         connections.pop().map(|(connection, _)| connection)
     }
 
@@ -80,13 +80,17 @@ impl IdleConnections {
             return;
         }
         if let Ok(mut connections) = self.connections.lock() {
-            connections.retain(|(connection, since)| {
-                !connection.is_closed() && since.elapsed() < IDLE_LIMIT
-            });
+            Self::prune(&mut connections);
             if connections.len() < MAX_IDLE {
                 connections.push((connection, Instant::now()));
             }
         }
+    }
+
+    /// Drops (closes) the connections the server closed and those idle too long.
+    fn prune(connections: &mut Vec<(PgConnection, Instant)>) {
+        connections
+            .retain(|(connection, since)| !connection.is_closed() && since.elapsed() < IDLE_LIMIT);
     }
 }
 
@@ -388,6 +392,8 @@ impl ConnectTarget {
             client,
             tap,
             endpoint,
+            statements: Mutex::default(),
+            server_version: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -427,6 +433,11 @@ pub struct PgConnection {
     client: Client,
     tap: CopyTap,
     endpoint: Endpoint,
+    /// The catalog statements prepared on this connection, by their text: a kept connection
+    /// asks its next query's catalog questions in one round trip instead of two.
+    statements: Mutex<HashMap<&'static str, Statement>>,
+    /// `server_version_num`, once asked (a connection's server does not change).
+    server_version: tokio::sync::OnceCell<i64>,
 }
 
 impl std::fmt::Debug for PgConnection {
@@ -446,6 +457,47 @@ impl PgConnection {
         if let Ok(socket) = self.endpoint.open().await {
             let _ = token.cancel_query_raw(socket, NoTls).await;
         }
+    }
+
+    /// `sql` prepared on this connection: once, then from the connection's cache. For
+    /// statements over the system catalogs only (a cached plan of a user's table could go
+    /// stale when the table changes).
+    pub async fn prepared(
+        &self,
+        sql: &'static str,
+    ) -> std::result::Result<Statement, tokio_postgres::Error> {
+        if let Some(statement) = self
+            .statements
+            .lock()
+            .ok()
+            .and_then(|s| s.get(sql).cloned())
+        {
+            return Ok(statement);
+        }
+        let statement = self.client.prepare(sql).await?;
+        if let Ok(mut statements) = self.statements.lock() {
+            statements.insert(sql, statement.clone());
+        }
+        Ok(statement)
+    }
+
+    /// The server's `server_version_num` (e.g. 160004), asked once per connection.
+    pub async fn server_version(&self) -> Result<i64> {
+        self.server_version
+            .get_or_try_init(|| async {
+                let statement = self
+                    .prepared("SELECT current_setting('server_version_num')::int8")
+                    .await
+                    .map_err(|e| PostgresError::server("reading the server version", &e))?;
+                let row = self
+                    .client
+                    .query_one(&statement, &[])
+                    .await
+                    .map_err(|e| PostgresError::server("reading the server version", &e))?;
+                Ok(row.get(0))
+            })
+            .await
+            .copied()
     }
 }
 

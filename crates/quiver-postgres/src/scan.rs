@@ -50,9 +50,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use crate::binary_copy::{CopyFormatError, CopyParser, FieldSpan};
-use crate::catalog::{
-    describe_query, describe_relation, heaps, planner_choice, server_version, Relation,
-};
+use crate::catalog::{describe_query, describe_relation, heaps, planner_choice, Relation};
 use crate::column_default::{default_marker, omit_defaulted_columns};
 use crate::connection::ConnectTarget;
 use crate::copy_in::PostgresSink;
@@ -301,7 +299,7 @@ impl PostgresTable {
             }
         };
         let (version, heaps, choice) =
-            futures::try_join!(server_version(client), heaps(client, relation), choice)?;
+            futures::try_join!(client.server_version(), heaps(client, relation), choice)?;
         drop(connection);
         let table_rows = heaps
             .iter()

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use arrow::record_batch::RecordBatch;
 use futures::future::{BoxFuture, FutureExt, Shared};
+use tokio_postgres::SimpleQueryMessage;
 
 use crate::connection::{ConnectTarget, PgConnection};
 use crate::error::{PostgresError, Result};
@@ -168,7 +169,7 @@ impl SnapshotPool {
             what: "importing the snapshot".into(),
             message: "the snapshot identifier is not text".into(),
         })?;
-        let client = begin(
+        let (client, _) = begin(
             &self.target,
             &format!(
                 "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; \
@@ -181,17 +182,24 @@ impl SnapshotPool {
     }
 
     async fn export_snapshot(&self) -> Result<String> {
-        let client = begin(
+        // One round trip: the transaction's start and the export in one simple query.
+        let (client, messages) = begin(
             &self.target,
-            "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
-            "starting the snapshot transaction",
+            "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+             SELECT pg_catalog.pg_export_snapshot()",
+            "exporting the snapshot",
         )
         .await?;
-        let row = client
-            .query_one("SELECT pg_catalog.pg_export_snapshot()", &[])
-            .await
-            .map_err(|e| PostgresError::server("exporting the snapshot", &e))?;
-        let id: String = row.get(0);
+        let id = messages
+            .iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+                _ => None,
+            })
+            .ok_or_else(|| PostgresError::Server {
+                what: "exporting the snapshot".into(),
+                message: "pg_export_snapshot() returned no identifier".into(),
+            })?;
         match self.exporter.lock() {
             Ok(mut exporter) => *exporter = Some(client),
             Err(_) => {
@@ -221,21 +229,26 @@ impl SnapshotPool {
     }
 }
 
-/// Runs `statements` (a transaction's start) on one of `target`'s idle connections, or on a new
-/// one. A reused connection that fails them is closed and a new one tried: the server may have
-/// ended the session while it was idle, and a real error shows again on the new connection.
-async fn begin(target: &ConnectTarget, statements: &str, what: &str) -> Result<PgConnection> {
+/// Runs `statements` (a transaction's start, as one simple query) on one of `target`'s idle
+/// connections, or on a new one, and returns what they answered. A reused connection that
+/// fails them is closed and a new one tried: the server may have ended the session while it
+/// was idle, and a real error shows again on the new connection.
+async fn begin(
+    target: &ConnectTarget,
+    statements: &str,
+    what: &str,
+) -> Result<(PgConnection, Vec<SimpleQueryMessage>)> {
     let reused = target.connect_reused().await?;
-    if reused.batch_execute(statements).await.is_ok() {
-        return Ok(reused);
+    if let Ok(messages) = reused.simple_query(statements).await {
+        return Ok((reused, messages));
     }
     drop(reused);
     let client = target.connect().await?;
-    client
-        .batch_execute(statements)
+    let messages = client
+        .simple_query(statements)
         .await
         .map_err(|e| PostgresError::server(what, &e))?;
-    Ok(client)
+    Ok((client, messages))
 }
 
 impl Drop for SnapshotPool {
