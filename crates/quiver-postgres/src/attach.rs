@@ -17,8 +17,8 @@ use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 
-use crate::catalog::{describe_relation, list_relations, list_schemas, Relation, RelationKind};
-use crate::connection::{ConnectTarget, PgConnection};
+use crate::catalog::{describe_relation, list_relations, list_schemas, RelationKind};
+use crate::connection::ConnectTarget;
 use crate::error::{PostgresError, Result};
 use crate::scan::{PostgresTable, ScanOptions, ScanSource};
 
@@ -72,17 +72,15 @@ pub async fn attach(dsn: &str, options: AttachOptions) -> Result<Arc<PostgresCat
     for (schema, name, kind) in relations {
         tables.entry(schema).or_default().push((name, kind));
     }
-    // The attach's connection stays, to describe tables as queries name them.
-    let describer = Arc::new(Describer {
-        target: target.clone(),
-        connection: tokio::sync::Mutex::new(Some(client)),
-    });
+    // The attach's connection stays, to describe tables as queries name them (a connection
+    // per table cost each query about 10 ms per table it names: a new backend, and its catalog
+    // caches cold).
+    target.reuse_later(client);
     let schemas = tables
         .into_iter()
         .map(|(schema, names)| {
             let provider = PostgresSchema {
                 target: target.clone(),
-                describer: Arc::clone(&describer),
                 schema: schema.clone(),
                 names: Arc::new(Mutex::new(names)),
                 tables: Mutex::new(HashMap::new()),
@@ -118,7 +116,6 @@ impl PostgresCatalog {
         let schema = self.schemas.get(&self.default_schema)?;
         Some(Arc::new(PostgresSchema {
             target: schema.target.clone(),
-            describer: Arc::clone(&schema.describer),
             schema: schema.schema.clone(),
             names: Arc::clone(&schema.names),
             tables: Mutex::new(HashMap::new()),
@@ -141,54 +138,10 @@ impl CatalogProvider for PostgresCatalog {
     }
 }
 
-/// The connection an attached database's tables are described on, kept from one lookup to
-/// the next: a connection per table cost each query about 10 ms per table it names (a new
-/// backend, and its catalog caches cold).
-struct Describer {
-    target: ConnectTarget,
-    connection: tokio::sync::Mutex<Option<PgConnection>>,
-}
-
-impl std::fmt::Debug for Describer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Describer")
-            .field("target", &self.target)
-            .finish()
-    }
-}
-
-impl Describer {
-    /// Describes `schema.name`, on the kept connection, or a new one when the server has
-    /// closed it (an idle timeout, a restart) — once, so a real error is not retried.
-    async fn describe(&self, schema: &str, name: &str) -> Result<Relation> {
-        let mut slot = self.connection.lock().await;
-        for attempt in 0..2 {
-            let connection = match slot.take() {
-                Some(connection) if !connection.is_closed() => connection,
-                _ => self.target.connect().await?,
-            };
-            let described = describe_relation(&connection, schema, name).await;
-            let closed = connection.is_closed();
-            if !closed {
-                *slot = Some(connection);
-            }
-            match described {
-                Err(_) if closed && attempt == 0 => continue,
-                described => return described,
-            }
-        }
-        Err(PostgresError::Server {
-            what: format!("describing {schema}.{name}"),
-            message: "the connection closed twice".into(),
-        })
-    }
-}
-
 /// One schema of an attached database.
 #[derive(Debug)]
 pub struct PostgresSchema {
     target: ConnectTarget,
-    describer: Arc<Describer>,
     schema: String,
     /// Shared with the schema's alias in quiver's default catalog.
     names: Arc<Mutex<Vec<(String, RelationKind)>>>,
@@ -230,7 +183,13 @@ impl SchemaProvider for PostgresSchema {
         if !self.table_exist(name) {
             return Ok(None);
         }
-        let relation = self.describer.describe(&self.schema, name).await;
+        let relation = self
+            .target
+            .with_connection(|connection| async move {
+                let relation = describe_relation(&connection, &self.schema, name).await;
+                (connection, relation)
+            })
+            .await;
         let table = match relation {
             Ok(relation) => Arc::new(
                 PostgresTable::new(

@@ -23,12 +23,12 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
-use tokio_postgres::{Client, Config, NoTls, Statement};
+use tokio_postgres::{Client, Config, Statement};
 use tokio_util::either::Either;
 
 use crate::error::{PostgresError, Result};
@@ -40,7 +40,7 @@ use crate::tls::{self, SslMode, TlsSettings};
 
 /// Where to connect, fully resolved (string, environment, defaults).
 ///
-/// Clones share the target's idle connections ([`ConnectTarget::connect_reused`]): an attached
+/// Clones share the target's idle connections ([`ConnectTarget::on_connection`]): an attached
 /// database keeps one target for all its queries, so its queries reuse each other's
 /// connections instead of logging in again (a new backend costs Postgres a fork and the login
 /// several milliseconds, more than a point query takes). Connections are shared only between
@@ -87,11 +87,57 @@ impl IdleConnections {
         }
     }
 
+    fn prune_all(&self) {
+        if let Ok(mut connections) = self.connections.lock() {
+            Self::prune(&mut connections);
+        }
+    }
+
     /// Drops (closes) the connections the server closed and those idle too long.
     fn prune(connections: &mut Vec<(PgConnection, Instant)>) {
         connections
             .retain(|(connection, since)| !connection.is_closed() && since.elapsed() < IDLE_LIMIT);
     }
+}
+
+/// The targets of the `postgres_scan` family of functions, each with its idle connections: a
+/// function call parses its connection string anew, and finds here the connections the
+/// previous calls with the same string left (DuckDB's scanner keeps such a cache too).
+static SHARED: Mutex<Vec<SharedTarget>> = Mutex::new(Vec::new());
+
+/// The runtime every connection's I/O runs on. It outlives the runtimes queries run on (a
+/// table function's lookup runs on a runtime of its own, tests each have one), so a connection
+/// kept for later is never tied to one that has ended.
+pub(crate) fn io_runtime() -> Result<&'static tokio::runtime::Handle> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("quiver-postgres")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map(tokio::runtime::Runtime::handle)
+        .map_err(|message| PostgresError::Server {
+            what: "starting the Postgres I/O threads".into(),
+            message: message.clone(),
+        })
+}
+
+/// How many connection strings [`SHARED`] keeps connections for; the least recently used one
+/// beyond that is forgotten, and its connections closed.
+const MAX_SHARED: usize = 16;
+
+struct SharedTarget {
+    config: Config,
+    tls: TlsSettings,
+    idle: Arc<IdleConnections>,
+    used: Instant,
 }
 
 impl std::fmt::Debug for ConnectTarget {
@@ -235,6 +281,41 @@ impl ConnectTarget {
         })
     }
 
+    /// This target with the idle connections of an earlier one that logs in alike (the same
+    /// hosts, user, password, database, options and TLS files), so a function call reuses
+    /// the connections of the calls before it. Connections idle too long are closed here.
+    pub fn shared(mut self) -> ConnectTarget {
+        let Ok(mut shared) = SHARED.lock() else {
+            return self;
+        };
+        for target in shared.iter() {
+            target.idle.prune_all();
+        }
+        let found = shared
+            .iter_mut()
+            .find(|t| t.config == self.config && t.tls.same_sources(&self.tls));
+        match found {
+            Some(target) => {
+                target.used = Instant::now();
+                self.idle = Arc::clone(&target.idle);
+            }
+            None => {
+                if shared.len() >= MAX_SHARED {
+                    if let Some(oldest) = (0..shared.len()).min_by_key(|&i| shared[i].used) {
+                        shared.swap_remove(oldest);
+                    }
+                }
+                shared.push(SharedTarget {
+                    config: self.config.clone(),
+                    tls: self.tls.clone(),
+                    idle: Arc::clone(&self.idle),
+                    used: Instant::now(),
+                });
+            }
+        }
+        self
+    }
+
     /// `user@host:port/dbname`, never with the password.
     pub fn describe(&self) -> String {
         let hosts: Vec<String> = self
@@ -283,7 +364,7 @@ impl ConnectTarget {
         }
     }
 
-    /// Connects; the connection's I/O runs as a task on the current tokio runtime and ends
+    /// Connects; the connection's I/O runs as a task on [`io_runtime`] and ends
     /// when the returned client is dropped. Over TCP, TLS is used as `sslmode` says: `allow`
     /// tries a plain connection first and TLS when it fails, `prefer` falls back to a plain
     /// connection when the TLS handshake fails.
@@ -292,12 +373,13 @@ impl ConnectTarget {
             target: self.describe(),
             message,
         };
+        let io = io_runtime()?;
         let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
         let mode = match &endpoint {
             Endpoint::Unix(_) => SslMode::Disable,
             Endpoint::Tcp(..) => self.tls.mode,
         };
-        let login = |socket, endpoint, ssl| self.login(socket, endpoint, ssl);
+        let login = |socket, endpoint, ssl| self.login(io, socket, endpoint, ssl);
         let outcome = match mode {
             SslMode::Disable => login(socket, endpoint, PgSsl::Disable).await,
             SslMode::Allow => match login(socket, endpoint, PgSsl::Disable).await {
@@ -321,17 +403,7 @@ impl ConnectTarget {
         outcome.map_err(|e| connect_error(self.login_message(&e)))
     }
 
-    /// A connection of this target's idle ones (see [`ConnectTarget`]), or a new one. The
-    /// caller may find it closed by the server since (a restart, an idle timeout): it can ask
-    /// again with [`ConnectTarget::connect`].
-    pub async fn connect_reused(&self) -> Result<PgConnection> {
-        match self.idle.take() {
-            Some(connection) => Ok(connection),
-            None => self.connect().await,
-        }
-    }
-
-    /// Gives back a connection of this target for [`ConnectTarget::connect_reused`]. Only a
+    /// Gives back a connection of this target for [`ConnectTarget::on_connection`]. Only a
     /// connection outside any transaction and not in COPY may be given back: the next query
     /// must find it as a new one.
     pub fn reuse_later(&self, connection: PgConnection) {
@@ -340,32 +412,44 @@ impl ConnectTarget {
 
     /// Runs `work` on one of this target's idle connections, or a new one (`work` hands the
     /// connection back with its outcome), and keeps the connection for later when `work`
-    /// succeeds (`work` must leave no transaction open). When
-    /// a reused connection fails because the server closed it while idle, `work` runs again
-    /// on a new connection — once, so a real error is not retried.
+    /// succeeds (`work` must leave no transaction open). See [`ConnectTarget::on_connection`]
+    /// for when `work` runs twice.
     pub async fn with_connection<T, F>(&self, work: impl Fn(PgConnection) -> F) -> Result<T>
+    where
+        F: Future<Output = (PgConnection, Result<T>)>,
+    {
+        let (connection, value) = self.on_connection(work).await?;
+        self.reuse_later(connection);
+        Ok(value)
+    }
+
+    /// Runs `work` on one of this target's idle connections, or a new one, and returns the
+    /// connection with what `work` made of it. When a reused connection fails because the
+    /// server closed it while idle (a restart, an idle timeout), `work` runs again on a new
+    /// connection — once, so a real error is not retried. A connection whose `work` failed is
+    /// closed: it may be left inside a failed transaction.
+    pub async fn on_connection<T, F>(
+        &self,
+        work: impl Fn(PgConnection) -> F,
+    ) -> Result<(PgConnection, T)>
     where
         F: Future<Output = (PgConnection, Result<T>)>,
     {
         if let Some(connection) = self.idle.take() {
             match work(connection).await {
-                (connection, Ok(value)) => {
-                    self.reuse_later(connection);
-                    return Ok(value);
-                }
+                (connection, Ok(value)) => return Ok((connection, value)),
                 (connection, Err(_)) if connection.is_closed() => {}
                 (_, Err(error)) => return Err(error),
             }
         }
         let (connection, value) = work(self.connect().await?).await;
-        let value = value?;
-        self.reuse_later(connection);
-        Ok(value)
+        Ok((connection, value?))
     }
 
-    /// Logs in over `socket`, with TLS as `ssl` says.
+    /// Logs in over `socket`, with TLS as `ssl` says; the connection's I/O runs on `io`.
     async fn login(
         &self,
+        io: &tokio::runtime::Handle,
         socket: Socket,
         endpoint: Endpoint,
         ssl: PgSsl,
@@ -384,13 +468,14 @@ impl ConnectTarget {
             )
             .await?;
         tap.start_framing();
-        tokio::spawn(async move {
+        io.spawn(async move {
             // Errors reach the client's pending calls; nothing to do with them here.
             let _ = connection.await;
         });
         Ok(PgConnection {
             client,
             tap,
+            tls: self.tls.clone(),
             endpoint,
             statements: Mutex::default(),
             server_version: tokio::sync::OnceCell::new(),
@@ -432,6 +517,9 @@ impl ConnectTarget {
 pub struct PgConnection {
     client: Client,
     tap: CopyTap,
+    /// How the connection did TLS: a cancel request goes the same way (libpq before 17 sent
+    /// it in the clear, and with it the key that lets anyone on the path cancel).
+    tls: TlsSettings,
     endpoint: Endpoint,
     /// The catalog statements prepared on this connection, by their text: a kept connection
     /// asks its next query's catalog questions in one round trip instead of two.
@@ -451,11 +539,20 @@ impl PgConnection {
         &self.tap
     }
 
-    /// Asks the server to cancel what this connection is running (best effort).
+    /// Asks the server to cancel what this connection is running (best effort), encrypted as
+    /// the connection is: the request asks for TLS when the login did (the token keeps the
+    /// login's `sslmode`).
     pub async fn cancel(&self) {
         let token = self.client.cancel_token();
+        let host = match &self.endpoint {
+            Endpoint::Tcp(host, _) => host.as_str(),
+            Endpoint::Unix(_) => "",
+        };
         if let Ok(socket) = self.endpoint.open().await {
-            let _ = token.cancel_query_raw(socket, NoTls).await;
+            let socket = TapStream::new(socket, CopyTap::default());
+            let _ = token
+                .cancel_query_raw(socket, self.tls.connector(host))
+                .await;
         }
     }
 
@@ -485,15 +582,18 @@ impl PgConnection {
     pub async fn server_version(&self) -> Result<i64> {
         self.server_version
             .get_or_try_init(|| async {
+                let failed = |e: tokio_postgres::Error| {
+                    PostgresError::server("reading the server version", &e)
+                };
                 let statement = self
                     .prepared("SELECT current_setting('server_version_num')::int8")
                     .await
-                    .map_err(|e| PostgresError::server("reading the server version", &e))?;
+                    .map_err(failed)?;
                 let row = self
                     .client
                     .query_one(&statement, &[])
                     .await
-                    .map_err(|e| PostgresError::server("reading the server version", &e))?;
+                    .map_err(failed)?;
                 Ok(row.get(0))
             })
             .await
@@ -603,6 +703,33 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn only_targets_that_log_in_alike_share_connections() {
+        let parse = |dsn: &str| {
+            ConnectTarget::parse_with_env(dsn, env(&[("HOME", "/nonexistent")]))
+                .unwrap()
+                .shared()
+        };
+        let dsn = "host=/tmp port=5433 dbname=shared_test user=app password=one sslmode=disable";
+        let first = parse(dsn);
+        // The same target written another way shares; a clone always does.
+        let same = parse(&format!("{dsn} "));
+        assert!(Arc::ptr_eq(&first.idle, &same.idle));
+        assert!(Arc::ptr_eq(&first.idle, &first.clone().idle));
+        for other in [
+            dsn.replace("password=one", "password=two"),
+            dsn.replace("user=app", "user=other"),
+            dsn.replace("dbname=shared_test", "dbname=shared_test2"),
+            dsn.replace("sslmode=disable", "sslmode=prefer"),
+            format!("{dsn} application_name=else"),
+        ] {
+            assert!(!Arc::ptr_eq(&first.idle, &parse(&other).idle), "{other}");
+        }
+        // Parsed without `shared`, a target shares with its clones only.
+        let own = ConnectTarget::parse_with_env(dsn, env(&[])).unwrap();
+        assert!(!Arc::ptr_eq(&first.idle, &own.idle));
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl TableFunctionImpl for PostgresScanFunction {
             ))
             .into());
         };
-        let target = ConnectTarget::parse(dsn)?;
+        let target = ConnectTarget::parse(dsn)?.shared();
         let table = block_on(PostgresTable::for_relation(target, schema, table, options))??;
         Ok(Arc::new(table))
     }
@@ -84,7 +84,7 @@ impl TableFunctionImpl for PostgresQueryFunction {
             ))
             .into());
         };
-        let target = ConnectTarget::parse(dsn)?;
+        let target = ConnectTarget::parse(dsn)?.shared();
         let table = block_on(PostgresTable::for_query(target, sql, options))??;
         Ok(Arc::new(table))
     }
@@ -181,26 +181,18 @@ fn named_argument(expr: &Expr) -> Option<(String, ScalarValue)> {
 }
 
 /// Runs `future` to completion from synchronous code (DataFusion's table functions are
-/// synchronous) on a scoped thread with its own runtime, so it works whatever runtime (or none)
-/// the caller is on. Connections made inside end with it: only catalog lookups run here.
+/// synchronous) on a scoped thread, on the runtime connections run their I/O on
+/// ([`crate::connection::io_runtime`]), so it works whatever runtime (or none) the caller is on.
 pub(crate) fn block_on<F>(future: F) -> Result<F::Output, PostgresError>
 where
     F: Future + Send,
     F::Output: Send,
 {
+    let runtime = crate::connection::io_runtime()?;
     std::thread::scope(|scope| {
-        let handle = scope.spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map(|runtime| runtime.block_on(future))
-        });
+        let handle = scope.spawn(|| runtime.block_on(future));
         match handle.join() {
-            Ok(Ok(output)) => Ok(output),
-            Ok(Err(error)) => Err(PostgresError::Server {
-                what: "starting a runtime for a catalog lookup".into(),
-                message: error.to_string(),
-            }),
+            Ok(output) => Ok(output),
             Err(_) => Err(PostgresError::Server {
                 what: "looking up the catalog".into(),
                 message: "the lookup thread panicked".into(),

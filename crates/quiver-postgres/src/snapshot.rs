@@ -13,7 +13,7 @@
 //! one dropped in the middle of a COPY (an error, LIMIT satisfied, Ctrl-C) is closed, and the
 //! server is sent a cancel request so it stops the COPY at once. When the query is done its
 //! transactions are rolled back and its connections kept by the target for the next query
-//! ([`ConnectTarget::connect_reused`]): a query over an attached database then logs in to
+//! ([`ConnectTarget::on_connection`]): a query over an attached database then logs in to
 //! nothing, where two new backends cost it about 10 ms.
 
 use std::collections::HashMap;
@@ -69,8 +69,6 @@ pub struct SnapshotPool {
     /// connection is dropped when its COPY is abandoned (a LIMIT, Ctrl-C), and if that were
     /// the exporter, its snapshot would end with it and every later import would fail.
     exporter: Mutex<Option<PgConnection>>,
-    /// Where the query runs: the connections' transactions are ended there when it is done.
-    runtime: Option<tokio::runtime::Handle>,
     /// How many scans of the query read exactly the same statements, by their statements.
     scans: Mutex<HashMap<String, usize>>,
     /// Reads shared by identical scans, by statements and partition (see [`Self::shared_read`]).
@@ -104,7 +102,6 @@ impl SnapshotPool {
             snapshot: tokio::sync::OnceCell::new(),
             idle: Mutex::new(Vec::new()),
             exporter: Mutex::new(None),
-            runtime: tokio::runtime::Handle::try_current().ok(),
             scans: Mutex::new(HashMap::new()),
             shared: Mutex::new(HashMap::new()),
         }
@@ -230,32 +227,28 @@ impl SnapshotPool {
 }
 
 /// Runs `statements` (a transaction's start, as one simple query) on one of `target`'s idle
-/// connections, or on a new one, and returns what they answered. A reused connection that
-/// fails them is closed and a new one tried: the server may have ended the session while it
-/// was idle, and a real error shows again on the new connection.
+/// connections, or on a new one (see [`ConnectTarget::on_connection`]), and returns what
+/// they answered.
 async fn begin(
     target: &ConnectTarget,
     statements: &str,
     what: &str,
 ) -> Result<(PgConnection, Vec<SimpleQueryMessage>)> {
-    let reused = target.connect_reused().await?;
-    if let Ok(messages) = reused.simple_query(statements).await {
-        return Ok((reused, messages));
-    }
-    drop(reused);
-    let client = target.connect().await?;
-    let messages = client
-        .simple_query(statements)
+    target
+        .on_connection(|connection| async move {
+            let messages = connection
+                .simple_query(statements)
+                .await
+                .map_err(|e| PostgresError::server(what, &e));
+            (connection, messages)
+        })
         .await
-        .map_err(|e| PostgresError::server(what, &e))?;
-    Ok((client, messages))
 }
 
 impl Drop for SnapshotPool {
     /// Ends the query's transactions and gives their connections back to the target, for the
-    /// next query. The rollback runs on the runtime the query planned on: a session idling in
-    /// a transaction would hold back the server's vacuum. Without that runtime (shut down) the
-    /// connections are closed.
+    /// next query. The rollback runs at once, on the connections' I/O runtime: a session
+    /// idling in a transaction would hold back the server's vacuum.
     fn drop(&mut self) {
         let mut connections: Vec<PgConnection> = match self.idle.get_mut() {
             Ok(idle) => std::mem::take(idle),
@@ -264,7 +257,7 @@ impl Drop for SnapshotPool {
         if let Ok(exporter) = self.exporter.get_mut() {
             connections.extend(exporter.take());
         }
-        let Some(runtime) = self.runtime.take() else {
+        let Ok(runtime) = crate::connection::io_runtime() else {
             return;
         };
         if connections.is_empty() {
@@ -330,10 +323,10 @@ impl Drop for PooledClient {
             return;
         }
         // Stop the server's COPY now rather than when it next fails to write to the closed
-        // socket, and drop whatever of it still arrives. Best effort: without a runtime
-        // (shutdown) closing the socket is all we do.
+        // socket, and drop whatever of it still arrives. Best effort: without the I/O runtime
+        // closing the socket is all we do.
         client.tap().abandon();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        if let Ok(handle) = crate::connection::io_runtime() {
             handle.spawn(async move {
                 client.cancel().await;
             });

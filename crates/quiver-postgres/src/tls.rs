@@ -105,6 +105,9 @@ impl SslMode {
 pub struct TlsSettings {
     pub mode: SslMode,
     config: Option<Arc<ClientConfig>>,
+    /// The mode and the files the configuration was built from: settings with equal sources
+    /// log in alike, so their connections may be shared.
+    sources: String,
 }
 
 impl std::fmt::Debug for TlsSettings {
@@ -141,7 +144,11 @@ impl TlsSettings {
             )));
         }
         if mode == SslMode::Disable {
-            return Ok(TlsSettings { mode, config: None });
+            return Ok(TlsSettings {
+                mode,
+                config: None,
+                sources: mode.name().to_string(),
+            });
         }
         let home = env("HOME")
             .filter(|home| !home.is_empty())
@@ -152,10 +159,22 @@ impl TlsSettings {
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
+        let root = if system {
+            None
+        } else {
+            root.map(PathBuf::from).or_else(|| in_home("root.crt"))
+        };
+        let cert = setting("sslcert", "PGSSLCERT")
+            .map(PathBuf::from)
+            .or_else(|| in_home("postgresql.crt"));
+        let key = setting("sslkey", "PGSSLKEY")
+            .map(PathBuf::from)
+            .or_else(|| in_home("postgresql.key"));
+        let sources = format!("{} {system} {root:?} {cert:?} {key:?}", mode.name());
         let roots = if system {
             Some(system_roots()?)
         } else {
-            match root.map(PathBuf::from).or_else(|| in_home("root.crt")) {
+            match root {
                 Some(path) if path.exists() => Some(read_roots(&path)?),
                 Some(path) if mode.verifies() => {
                     return Err(tls_error(format!(
@@ -195,21 +214,14 @@ impl TlsSettings {
             .map_err(|e| tls_error(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(verifier);
-        let cert = setting("sslcert", "PGSSLCERT")
-            .map(PathBuf::from)
-            .or_else(|| in_home("postgresql.crt"));
         let config = match cert.filter(|path| path.exists()) {
             Some(cert) => {
-                let key = setting("sslkey", "PGSSLKEY")
-                    .map(PathBuf::from)
-                    .or_else(|| in_home("postgresql.key"))
-                    .filter(|path| path.exists())
-                    .ok_or_else(|| {
-                        tls_error(format!(
-                            "certificate \"{}\" present, but no private key file (sslkey)",
-                            cert.display()
-                        ))
-                    })?;
+                let key = key.filter(|path| path.exists()).ok_or_else(|| {
+                    tls_error(format!(
+                        "certificate \"{}\" present, but no private key file (sslkey)",
+                        cert.display()
+                    ))
+                })?;
                 let chain = read_certificates(&cert, "client certificate")?;
                 let key = read_key(&key)?;
                 builder
@@ -221,7 +233,13 @@ impl TlsSettings {
         Ok(TlsSettings {
             mode,
             config: Some(Arc::new(config)),
+            sources,
         })
+    }
+
+    /// Whether connections made with `self` and with `other` log in alike.
+    pub(crate) fn same_sources(&self, other: &TlsSettings) -> bool {
+        self.sources == other.sources
     }
 
     /// The connector for a TCP connection to `host`.

@@ -775,6 +775,98 @@ async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
     assert_eq!(over_tls, "100000|64000000");
 }
 
+/// A TCP proxy to the cluster's port that records the first eight bytes each client sends: the
+/// length and code of its first message (an `SSLRequest`, a startup or a `CancelRequest`).
+async fn recording_proxy(port: u16) -> (u16, Arc<std::sync::Mutex<Vec<[u8; 8]>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let record = Arc::clone(&record);
+            tokio::spawn(async move {
+                let mut first = [0u8; 8];
+                if client.read_exact(&mut first).await.is_err() {
+                    return;
+                }
+                record.lock().unwrap().push(first);
+                let mut server = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .unwrap();
+                if server.write_all(&first).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (proxy_port, seen)
+}
+
+/// A cancel request to a server logged in to over TLS goes over TLS too: it carries the key
+/// that lets anyone who sees it cancel the session's queries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_request_is_encrypted_as_its_connection_is() {
+    const SSL_REQUEST: u32 = 80877103;
+    const CANCEL_REQUEST: u32 = 80877102;
+    let pg = require_cluster!();
+    if pg.tls.is_none() {
+        return;
+    }
+    let (port, seen) = recording_proxy(pg.port).await;
+    let app = "quiver_tls_cancel_test";
+    let dsn = format!(
+        "host=127.0.0.1 port={port} user=postgres dbname=shop sslmode=require \
+         application_name={app}"
+    );
+    let ctx = context();
+    let sql = format!(
+        "SELECT * FROM postgres_scan({}, 'public', 'wide', named_struct('connections', 1), \
+         named_struct('pages_per_task', 1000000))",
+        lit(&dsn)
+    );
+    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
+    assert!(stream.next().await.expect("a first batch").is_ok());
+    let logins = seen.lock().unwrap().len();
+    let copying = format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE application_name = '{app}' AND query LIKE 'COPY%' AND state = 'active'"
+    );
+    assert_eq!(
+        pg.psql("shop", &copying),
+        "1",
+        "the COPY runs while the scan is read"
+    );
+    drop(stream);
+    for _ in 0..100 {
+        if seen.lock().unwrap().len() > logins && pg.psql("shop", &copying) == "0" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        pg.psql("shop", &copying),
+        "0",
+        "the server-side COPY was not cancelled"
+    );
+    let codes: Vec<u32> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|first| u32::from_be_bytes([first[4], first[5], first[6], first[7]]))
+        .collect();
+    assert!(
+        codes.len() > logins,
+        "no cancel request was sent: {codes:?}"
+    );
+    assert!(
+        !codes.contains(&CANCEL_REQUEST),
+        "a cancel request went in the clear: {codes:?}"
+    );
+    assert!(codes.iter().all(|&code| code == SSL_REQUEST), "{codes:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_terminated_backend_is_an_error_not_a_short_result() {
     let pg = require_cluster!();
@@ -900,22 +992,35 @@ async fn dropping_a_scan_cancels_the_server_side_copy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn attached_tables_are_described_on_one_kept_connection() {
+async fn attached_tables_are_described_on_kept_connections() {
     use datafusion::catalog::CatalogProvider;
     use quiver_postgres::{attach, AttachOptions};
 
     let pg = require_cluster!();
-    let catalog = attach(&pg.dsn("shop"), AttachOptions::default())
-        .await
-        .unwrap();
+    let app = "quiver_describe_test";
+    let dsn = format!("{} application_name={app}", pg.dsn("shop"));
+    let catalog = attach(&dsn, AttachOptions::default()).await.unwrap();
+    let attached = idle_backends(pg, app).await;
+    assert!(
+        !attached.is_empty() && !attached.contains(','),
+        "ATTACH should keep one connection, not \"{attached}\""
+    );
     let schema = catalog.schema("public").unwrap();
     assert!(schema.table("orders").await.unwrap().is_some());
+    assert!(schema.table("accounts").await.unwrap().is_some());
+    assert_eq!(
+        idle_backends(pg, app).await,
+        attached,
+        "describing a table logged in again instead of using ATTACH's connection"
+    );
     // The server closes the kept connection (an idle timeout, a restart): the next lookup
     // connects again instead of failing.
     pg.psql(
         "shop",
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-         WHERE datname = 'shop' AND pid <> pg_backend_pid() AND application_name = 'quiver'",
+        &format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{app}'"
+        ),
     );
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let measurements = schema.table("measurements").await.unwrap();
@@ -968,6 +1073,8 @@ async fn queries_of_an_attached_database_reuse_its_connections() {
         assert_eq!(single_i64(batches, 1), 5050);
     };
     check(&query(&ctx, sql).await);
+    // Every connection of the attached database, ATTACH's own included, is kept by the
+    // target between queries; were none kept, none would be left.
     let first = idle_backends(pg, app).await;
     assert!(!first.is_empty(), "no connection was kept");
     for _ in 0..5 {
@@ -990,6 +1097,34 @@ async fn queries_of_an_attached_database_reuse_its_connections() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     check(&query(&ctx, sql).await);
     check(&query(&ctx, sql).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scan_functions_reuse_connections_across_queries() {
+    let pg = require_cluster!();
+    let app = "quiver_function_reuse_test";
+    let dsn = lit(&format!("{} application_name={app}", pg.dsn("shop")));
+    let ctx = context();
+    let sql = format!(
+        "SELECT count(*), sum(id) FROM postgres_scan_pushdown({dsn}, 'public', 'orders') \
+         WHERE id <= 100"
+    );
+    let check = |batches: &[RecordBatch]| {
+        assert_eq!(single_i64(batches, 0), 100);
+        assert_eq!(single_i64(batches, 1), 5050);
+    };
+    check(&query(&ctx, &sql).await);
+    let first = idle_backends(pg, app).await;
+    assert!(!first.is_empty(), "no connection was kept");
+    for _ in 0..3 {
+        check(&query(&ctx, &sql).await);
+        assert_eq!(
+            idle_backends(pg, app).await,
+            first,
+            "a later call logged in again instead of reusing the kept connections"
+        );
+    }
+    check(&query(&ctx, &sql).await);
 }
 
 /// Runs `sql` the way a quiver session does: joins the server's planner expects to win are
