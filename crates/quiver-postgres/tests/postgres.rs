@@ -1057,6 +1057,35 @@ async fn idle_backends(pg: &common::PgCluster, app: &str) -> String {
     )
 }
 
+/// Runs `sql` (the count and sum of `orders` ids 1..=100) `rounds` times after a first run,
+/// and checks that every later run used exactly the backends the first one left idle: none
+/// logged in again, none was left inside a transaction. Returns those backends' pids.
+async fn assert_connections_kept(
+    ctx: &SessionContext,
+    pg: &common::PgCluster,
+    app: &str,
+    sql: &str,
+    rounds: usize,
+) -> String {
+    check_first_hundred(&query(ctx, sql).await);
+    let first = idle_backends(pg, app).await;
+    assert!(!first.is_empty(), "no connection was kept");
+    for _ in 0..rounds {
+        check_first_hundred(&query(ctx, sql).await);
+        assert_eq!(
+            idle_backends(pg, app).await,
+            first,
+            "a later query logged in again instead of reusing the kept connections"
+        );
+    }
+    first
+}
+
+fn check_first_hundred(batches: &[RecordBatch]) {
+    assert_eq!(single_i64(batches, 0), 100);
+    assert_eq!(single_i64(batches, 1), 5050);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queries_of_an_attached_database_reuse_its_connections() {
     use quiver_postgres::{attach, AttachOptions};
@@ -1068,23 +1097,9 @@ async fn queries_of_an_attached_database_reuse_its_connections() {
     let catalog = attach(&dsn, AttachOptions::default()).await.unwrap();
     ctx.register_catalog("shop", catalog);
     let sql = "SELECT count(*), sum(id) FROM shop.public.orders WHERE id <= 100";
-    let check = |batches: &[RecordBatch]| {
-        assert_eq!(single_i64(batches, 0), 100);
-        assert_eq!(single_i64(batches, 1), 5050);
-    };
-    check(&query(&ctx, sql).await);
     // Every connection of the attached database, ATTACH's own included, is kept by the
     // target between queries; were none kept, none would be left.
-    let first = idle_backends(pg, app).await;
-    assert!(!first.is_empty(), "no connection was kept");
-    for _ in 0..5 {
-        check(&query(&ctx, sql).await);
-        assert_eq!(
-            idle_backends(pg, app).await,
-            first,
-            "a later query logged in again instead of reusing the kept connections"
-        );
-    }
+    assert_connections_kept(&ctx, pg, app, sql, 5).await;
     // The server ends the kept sessions (a restart, an idle timeout): the next query connects
     // again instead of failing.
     pg.psql(
@@ -1095,36 +1110,24 @@ async fn queries_of_an_attached_database_reuse_its_connections() {
         ),
     );
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    check(&query(&ctx, sql).await);
-    check(&query(&ctx, sql).await);
+    check_first_hundred(&query(&ctx, sql).await);
+    check_first_hundred(&query(&ctx, sql).await);
+}
+
+fn function_reuse_query(pg: &common::PgCluster, app: &str) -> String {
+    let dsn = lit(&format!("{} application_name={app}", pg.dsn("shop")));
+    format!(
+        "SELECT count(*), sum(id) FROM postgres_scan_pushdown({dsn}, 'public', 'orders') \
+         WHERE id <= 100"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scan_functions_reuse_connections_across_queries() {
     let pg = require_cluster!();
     let app = "quiver_function_reuse_test";
-    let dsn = lit(&format!("{} application_name={app}", pg.dsn("shop")));
-    let ctx = context();
-    let sql = format!(
-        "SELECT count(*), sum(id) FROM postgres_scan_pushdown({dsn}, 'public', 'orders') \
-         WHERE id <= 100"
-    );
-    let check = |batches: &[RecordBatch]| {
-        assert_eq!(single_i64(batches, 0), 100);
-        assert_eq!(single_i64(batches, 1), 5050);
-    };
-    check(&query(&ctx, &sql).await);
-    let first = idle_backends(pg, app).await;
-    assert!(!first.is_empty(), "no connection was kept");
-    for _ in 0..3 {
-        check(&query(&ctx, &sql).await);
-        assert_eq!(
-            idle_backends(pg, app).await,
-            first,
-            "a later call logged in again instead of reusing the kept connections"
-        );
-    }
-    check(&query(&ctx, &sql).await);
+    let sql = function_reuse_query(pg, app);
+    assert_connections_kept(&context(), pg, app, &sql, 3).await;
 }
 
 /// Runs `sql` the way a quiver session does: joins the server's planner expects to win are
