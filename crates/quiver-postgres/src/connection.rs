@@ -129,6 +129,15 @@ pub(crate) fn io_runtime() -> Result<&'static tokio::runtime::Handle> {
         })
 }
 
+/// Aborts a spawned task when dropped (once the task has finished, aborting does nothing).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How many connection strings [`SHARED`] keeps connections for; the least recently used one
 /// beyond that is forgotten, and its connections closed.
 const MAX_SHARED: usize = 16;
@@ -368,12 +377,31 @@ impl ConnectTarget {
     /// when the returned client is dropped. Over TCP, TLS is used as `sslmode` says: `allow`
     /// tries a plain connection first and TLS when it fails, `prefer` falls back to a plain
     /// connection when the TLS handshake fails.
+    ///
+    /// The socket is opened on [`io_runtime`] too, not on the caller's runtime: a tokio socket
+    /// belongs to the reactor of the runtime that opened it and breaks when that runtime ends,
+    /// and a kept connection outlives the query (and the runtime) that opened it.
     pub async fn connect(&self) -> Result<PgConnection> {
+        let io = io_runtime()?;
+        let target = self.clone();
+        let login = io.spawn(async move { target.connect_here(io).await });
+        // Dropping the caller's future (Ctrl-C) abandons the login: the task is aborted.
+        let _abort = AbortOnDrop(login.abort_handle());
+        match login.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(PostgresError::Connect {
+                target: self.describe(),
+                message: format!("the login task failed: {error}"),
+            }),
+        }
+    }
+
+    /// [`Self::connect`], on the current runtime, which must be `io`.
+    async fn connect_here(&self, io: &tokio::runtime::Handle) -> Result<PgConnection> {
         let connect_error = |message: String| PostgresError::Connect {
             target: self.describe(),
             message,
         };
-        let io = io_runtime()?;
         let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
         let mode = match &endpoint {
             Endpoint::Unix(_) => SslMode::Disable,

@@ -1130,6 +1130,32 @@ async fn scan_functions_reuse_connections_across_queries() {
     assert_connections_kept(&context(), pg, app, &sql, 3).await;
 }
 
+/// A kept connection outlives the runtime of the query that opened it (each Python call, each
+/// test, a CLI statement may run on a runtime of its own): a socket opened on that runtime
+/// would break when it ends, and the next query would log in again — or, had it already taken
+/// the connection, fail with "connection closed".
+#[test]
+fn kept_connections_outlive_the_runtime_that_opened_them() {
+    let pg = require_cluster!();
+    let app = "quiver_runtime_reuse_test";
+    let sql = function_reuse_query(pg, app);
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime().block_on(assert_connections_kept(&context(), pg, app, &sql, 1));
+    // The first runtime has ended (dropped above); give a broken socket time to be noticed.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let later = runtime().block_on(assert_connections_kept(&context(), pg, app, &sql, 1));
+    assert_eq!(
+        later, first,
+        "the connections kept by a query on an ended runtime were lost"
+    );
+}
+
 /// Runs `sql` the way a quiver session does: joins the server's planner expects to win are
 /// pushed into Postgres before DataFusion optimizes.
 async fn query_pushed(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
