@@ -839,12 +839,10 @@ async fn a_cancel_request_is_encrypted_as_its_connection_is() {
         "the COPY runs while the scan is read"
     );
     drop(stream);
-    for _ in 0..100 {
-        if seen.lock().unwrap().len() > logins && pg.psql("shop", &copying) == "0" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until(5, || {
+        seen.lock().unwrap().len() > logins && pg.psql("shop", &copying) == "0"
+    })
+    .await;
     assert_eq!(
         pg.psql("shop", &copying),
         "0",
@@ -980,15 +978,12 @@ async fn dropping_a_scan_cancels_the_server_side_copy() {
     );
     // What Ctrl-C does: the consumer drops the stream.
     drop(stream);
-    let mut still = String::new();
-    for _ in 0..100 {
-        still = pg.psql("shop", copying);
-        if still == "0" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(still, "0", "the server-side COPY was not cancelled");
+    wait_until(10, || pg.psql("shop", copying) == "0").await;
+    assert_eq!(
+        pg.psql("shop", copying),
+        "0",
+        "the server-side COPY was not cancelled"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1028,6 +1023,15 @@ async fn attached_tables_are_described_on_kept_connections() {
     assert!(schema.table("no_such_table").await.unwrap().is_none());
 }
 
+/// Polls `done` every 50 ms until it holds or `seconds` have passed; the caller asserts what
+/// it waited for.
+async fn wait_until(seconds: u64, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !done() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls until the backends named `app` all idle outside a transaction (no snapshot held back
 /// from vacuum), and returns their process ids, sorted.
 async fn idle_backends(pg: &common::PgCluster, app: &str) -> String {
@@ -1035,12 +1039,7 @@ async fn idle_backends(pg: &common::PgCluster, app: &str) -> String {
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' \
          AND (state <> 'idle' OR backend_xmin IS NOT NULL)"
     );
-    for _ in 0..100 {
-        if pg.psql("shop", &busy) == "0" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_until(5, || pg.psql("shop", &busy) == "0").await;
     assert_eq!(
         pg.psql("shop", &busy),
         "0",
