@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use datafusion::common::runtime::SpawnedTask;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
 use tokio_postgres::{Client, Config, Statement};
@@ -127,15 +128,6 @@ pub(crate) fn io_runtime() -> Result<&'static tokio::runtime::Handle> {
             what: "starting the Postgres I/O threads".into(),
             message: message.clone(),
         })
-}
-
-/// Aborts a spawned task when dropped (once the task has finished, aborting does nothing).
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// How many connection strings [`SHARED`] keeps connections for; the least recently used one
@@ -384,10 +376,12 @@ impl ConnectTarget {
     pub async fn connect(&self) -> Result<PgConnection> {
         let io = io_runtime()?;
         let target = self.clone();
-        let login = io.spawn(async move { target.connect_here(io).await });
         // Dropping the caller's future (Ctrl-C) abandons the login: the task is aborted.
-        let _abort = AbortOnDrop(login.abort_handle());
-        match login.await {
+        let login = {
+            let _io = io.enter();
+            SpawnedTask::spawn(async move { target.connect_here(io).await })
+        };
+        match login.join().await {
             Ok(outcome) => outcome,
             Err(error) => Err(PostgresError::Connect {
                 target: self.describe(),
