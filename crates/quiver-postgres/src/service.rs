@@ -9,8 +9,8 @@
 //!
 //! quiver applies the keys it can tell apart from their defaults: `host`, `port`, `dbname`,
 //! `user`, `password`, `options`, `application_name`, `connect_timeout`, and the keys it reads
-//! itself (`passfile`, `sslmode`, `sslrootcert`, `sslcert`, `sslkey`). Any other key is an error
-//! naming it, rather than being silently ignored.
+//! itself (`passfile`, `channel_binding` and the TLS keys of [`crate::tls::OPTIONS`]). Any other
+//! key is an error naming it, rather than being silently ignored.
 
 use std::path::{Path, PathBuf};
 

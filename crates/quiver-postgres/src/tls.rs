@@ -28,7 +28,15 @@
 //! [`server_end_point`]. A server certificate signed with RSASSA-PSS or EdDSA has no binding
 //! (Postgres cannot compute one either).
 //!
-//! Not supported: certificate revocation lists (`sslcrl`), keys protected by `sslpassword`.
+//! Certificate revocation lists (PEM) come from `sslcrl` (`PGSSLCRL`) and every file in
+//! `sslcrldir` (`PGSSLCRLDIR`), else `~/.postgresql/root.crl` when present. They are checked
+//! whenever the server's certificate is (as libpq does, a mode that checks nothing ignores
+//! them), with libpq's OpenSSL flags: every certificate of the chain below the root must be
+//! covered by a list from its issuer, and an expired list is refused. Unlike libpq, which
+//! silently skips a list file it cannot find, a named `sslcrl` or `sslcrldir` that does not
+//! exist is an error: a typo must not turn the revocation check off.
+//!
+//! Not supported: keys protected by `sslpassword`.
 //! Cancel requests go in plain text, which the server accepts whatever `pg_hba.conf` says.
 
 use std::future::Future;
@@ -40,7 +48,9 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName, UnixTime,
+};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -53,7 +63,14 @@ use crate::tap::TapStream;
 
 /// The connection-string options this module reads (taken out before tokio-postgres parses the
 /// string: it knows only three of the six modes, and none of the files).
-pub const OPTIONS: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
+pub const OPTIONS: [&str; 6] = [
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "sslcrl",
+    "sslcrldir",
+];
 
 /// libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +135,8 @@ impl std::fmt::Debug for TlsSettings {
 
 impl TlsSettings {
     /// The settings from the options taken out of a connection string, then the environment
-    /// (`PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`, `HOME`), then libpq's defaults.
+    /// (`PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`, `PGSSLCRL`, `PGSSLCRLDIR`,
+    /// `HOME`), then libpq's defaults.
     /// Certificate and key files are read here, so a bad one is reported before connecting.
     pub fn from_options(
         options: &[(String, String)],
@@ -170,7 +188,17 @@ impl TlsSettings {
         let key = setting("sslkey", "PGSSLKEY")
             .map(PathBuf::from)
             .or_else(|| in_home("postgresql.key"));
-        let sources = format!("{} {system} {root:?} {cert:?} {key:?}", mode.name());
+        let crl_file = setting("sslcrl", "PGSSLCRL").map(PathBuf::from);
+        let crl_dir = setting("sslcrldir", "PGSSLCRLDIR").map(PathBuf::from);
+        // libpq's default list is used only when neither is named, and only if it exists.
+        let default_crl = match (&crl_file, &crl_dir) {
+            (None, None) => in_home("root.crl").filter(|path| path.exists()),
+            _ => None,
+        };
+        let sources = format!(
+            "{} {system} {root:?} {cert:?} {key:?} {crl_file:?} {crl_dir:?} {default_crl:?}",
+            mode.name()
+        );
         let roots = if system {
             Some(system_roots()?)
         } else {
@@ -196,10 +224,15 @@ impl TlsSettings {
         };
         let verifier: Arc<dyn ServerCertVerifier> = match roots {
             Some(roots) => {
-                let webpki =
-                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                        .build()
-                        .map_err(|e| tls_error(format!("root certificates: {e}")))?;
+                let crls = read_crls(crl_file.or(default_crl), crl_dir)?;
+                let mut builder =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+                if !crls.is_empty() {
+                    builder = builder.with_crls(crls).enforce_revocation_expiration();
+                }
+                let webpki = builder.build().map_err(|e| {
+                    tls_error(format!("root certificates or revocation lists: {e}"))
+                })?;
                 if mode == SslMode::VerifyFull {
                     webpki
                 } else {
@@ -276,6 +309,54 @@ fn read_roots(path: &Path) -> Result<RootCertStore> {
             .map_err(|e| tls_error(format!("root certificate file \"{}\": {e}", path.display())))?;
     }
     Ok(roots)
+}
+
+/// The revocation lists of `file` and of every file in `dir`: each file must exist and hold at
+/// least one PEM list (a directory's other files, such as OpenSSL's hash links to the same
+/// lists, are read too; a list read twice is harmless).
+fn read_crls(
+    file: Option<PathBuf>,
+    dir: Option<PathBuf>,
+) -> Result<Vec<CertificateRevocationListDer<'static>>> {
+    let mut files = Vec::from_iter(file);
+    if let Some(dir) = dir {
+        let entries = std::fs::read_dir(&dir).map_err(|e| {
+            tls_error(format!(
+                "revocation list directory \"{}\" (sslcrldir): {e}",
+                dir.display()
+            ))
+        })?;
+        let mut found = Vec::new();
+        for entry in entries {
+            let path = entry
+                .map_err(|e| {
+                    tls_error(format!(
+                        "revocation list directory \"{}\" (sslcrldir): {e}",
+                        dir.display()
+                    ))
+                })?
+                .path();
+            if path.is_file() {
+                found.push(path);
+            }
+        }
+        found.sort();
+        files.extend(found);
+    }
+    let mut crls = Vec::new();
+    for path in files {
+        let read = CertificateRevocationListDer::pem_file_iter(&path)
+            .and_then(|lists| lists.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(|e| tls_error(format!("revocation list file \"{}\": {e}", path.display())))?;
+        if read.is_empty() {
+            return Err(tls_error(format!(
+                "revocation list file \"{}\" holds no PEM certificate revocation list",
+                path.display()
+            )));
+        }
+        crls.extend(read);
+    }
+    Ok(crls)
 }
 
 fn system_roots() -> Result<RootCertStore> {

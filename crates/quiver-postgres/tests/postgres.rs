@@ -672,6 +672,11 @@ async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
     let root = format!("sslrootcert='{}'", file("ca.crt"));
     let other_root = format!("sslrootcert='{}'", file("other_ca.crt"));
 
+    // A directory of revocation lists (sslcrldir): the test CA's list naming the server.
+    let crls = tempfile::tempdir().unwrap();
+    std::fs::copy(tls.join("revoked.crl"), crls.path().join("revoked.crl")).unwrap();
+    let crl_dir = crls.path();
+
     // Connections that work: TLS whenever TCP is used, never over the Unix socket.
     for options in [
         String::new(), // prefer
@@ -679,6 +684,10 @@ async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
         "sslmode=require".into(),
         format!("sslmode=verify-ca {root}"),
         format!("sslmode=verify-full {root}"),
+        // A current list from the issuer that revokes nothing.
+        format!("sslmode=verify-full {root} sslcrl='{}'", file("empty.crl")),
+        // A mode that checks no certificate ignores the lists, as libpq's does.
+        format!("sslmode=require sslcrl='{}'", file("revoked.crl")),
     ] {
         let dsn = tcp("localhost", &options);
         assert_eq!(
@@ -714,6 +723,39 @@ async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
             "does not exist",
         ),
         ("localhost", "sslmode=sometimes".into(), "is not one of"),
+        // Revocation: a list naming the server's certificate, a chain with no list from its
+        // issuer (libpq's OpenSSL flags check the whole chain), and a list that is not there.
+        (
+            "localhost",
+            format!(
+                "sslmode=verify-full {root} sslcrl='{}'",
+                file("revoked.crl")
+            ),
+            "Revoked",
+        ),
+        (
+            "localhost",
+            format!("sslmode=verify-ca {root} sslcrldir='{}'", crl_dir.display()),
+            "Revoked",
+        ),
+        (
+            "localhost",
+            format!(
+                "sslmode=verify-full {root} sslcrl='{}'",
+                file("other_ca.crl")
+            ),
+            "UnknownRevocationStatus",
+        ),
+        (
+            "localhost",
+            format!("sslmode=verify-full {root} sslcrl=/nonexistent/root.crl"),
+            "revocation list file \"/nonexistent/root.crl\"",
+        ),
+        (
+            "localhost",
+            format!("sslmode=verify-full {root} sslcrl='{}'", file("ca.crt")),
+            "holds no PEM certificate revocation list",
+        ),
     ] {
         let error = query_err(&ctx, &whoami(&tcp(host, &options))).await;
         assert!(error.contains(expected), "{host} {options}: {error}");

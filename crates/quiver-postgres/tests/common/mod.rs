@@ -68,7 +68,8 @@ fn find_bin_dir() -> Option<PathBuf> {
 }
 
 /// A test CA, a server certificate for `localhost` (its only name: `127.0.0.1` is not one), a
-/// client certificate for `cert_user`, and a second CA that signed none of them; `None`
+/// client certificate for `cert_user`, and a second CA that signed none of them; revocation
+/// lists `empty.crl`, `revoked.crl` (the server's certificate) and `other_ca.crl`; `None`
 /// without the `openssl` tool.
 fn make_certificates(dir: &Path) -> Option<PathBuf> {
     let openssl_runs = Command::new("openssl")
@@ -142,6 +143,31 @@ fn make_certificates(dir: &Path) -> Option<PathBuf> {
             &crt,
         ]);
     }
+    // Revocation lists (version 2, as rustls wants): the test CA's before and after revoking
+    // the server's certificate, and one from the CA that signed nothing here.
+    for ca in ["ca", "other_ca"] {
+        let config = format!(
+            "[ca]\ndefault_ca = this\n[this]\ndatabase = {ca}.index\ncrlnumber = {ca}.crlnumber\n\
+             default_md = sha256\ndefault_crl_days = 3650\n"
+        );
+        std::fs::write(dir.join(format!("{ca}.cnf")), config).expect("ca config");
+        std::fs::write(dir.join(format!("{ca}.index")), "").expect("ca index");
+        std::fs::write(dir.join(format!("{ca}.crlnumber")), "01\n").expect("crl number");
+    }
+    let ca = |ca: &str, args: &[&str]| {
+        let (config, key, crt) = (
+            format!("{ca}.cnf"),
+            format!("{ca}.key"),
+            format!("{ca}.crt"),
+        );
+        let mut all = vec!["ca", "-config", &config, "-keyfile", &key, "-cert", &crt];
+        all.extend(args);
+        run(&all);
+    };
+    ca("ca", &["-gencrl", "-out", "empty.crl"]);
+    ca("other_ca", &["-gencrl", "-out", "other_ca.crl"]);
+    ca("ca", &["-revoke", "server.crt"]);
+    ca("ca", &["-gencrl", "-out", "revoked.crl"]);
     use std::os::unix::fs::PermissionsExt;
     for key in ["server.key", "client.key"] {
         std::fs::set_permissions(dir.join(key), std::fs::Permissions::from_mode(0o600))
