@@ -36,7 +36,11 @@
 //! silently skips a list file it cannot find, a named `sslcrl` or `sslcrldir` that does not
 //! exist is an error: a typo must not turn the revocation check off.
 //!
-//! Not supported: keys protected by `sslpassword`.
+//! A client key encrypted as PKCS#8 (`-----BEGIN ENCRYPTED PRIVATE KEY-----`, what OpenSSL 3
+//! writes: PBES2 with PBKDF2 or scrypt and AES-CBC) is decrypted with `sslpassword`; libpq would
+//! prompt on the terminal without one, quiver says the password is missing. A key encrypted in
+//! OpenSSL's older format (`Proc-Type: 4,ENCRYPTED`) is refused with the command that converts
+//! it.
 //! Cancel requests go in plain text, which the server accepts whatever `pg_hba.conf` says.
 
 use std::future::Future;
@@ -63,11 +67,12 @@ use crate::tap::TapStream;
 
 /// The connection-string options this module reads (taken out before tokio-postgres parses the
 /// string: it knows only three of the six modes, and none of the files).
-pub const OPTIONS: [&str; 6] = [
+pub const OPTIONS: [&str; 7] = [
     "sslmode",
     "sslrootcert",
     "sslcert",
     "sslkey",
+    "sslpassword",
     "sslcrl",
     "sslcrldir",
 ];
@@ -256,7 +261,7 @@ impl TlsSettings {
                     ))
                 })?;
                 let chain = read_certificates(&cert, "client certificate")?;
-                let key = read_key(&key)?;
+                let key = read_key(&key, option(options, "sslpassword"))?;
                 builder
                     .with_client_auth_cert(chain, key)
                     .map_err(|e| tls_error(format!("client certificate: {e}")))?
@@ -377,8 +382,9 @@ fn system_roots() -> Result<RootCertStore> {
 }
 
 /// The private key at `path`, refused (as libpq refuses it) when group or others may read it;
-/// a key owned by root may be readable by its group.
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+/// a key owned by root may be readable by its group. An encrypted key is decrypted with
+/// `password` (`sslpassword`).
+fn read_key(path: &Path, password: Option<&str>) -> Result<PrivateKeyDer<'static>> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
@@ -393,8 +399,55 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
             )));
         }
     }
-    PrivateKeyDer::from_pem_file(path)
+    let bytes = std::fs::read(path)
+        .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+    if let Some(start) = text.find(BEGIN) {
+        return decrypt_key(path, &text[start..], END, password);
+    }
+    if text.contains("Proc-Type: 4,ENCRYPTED") {
+        return Err(tls_error(format!(
+            "private key file \"{}\" is encrypted in OpenSSL's legacy format, which quiver does \
+             not read; convert it with `openssl pkcs8 -topk8 -v2 aes-256-cbc -in OLD -out NEW` \
+             and give its password with sslpassword",
+            path.display()
+        )));
+    }
+    PrivateKeyDer::from_pem_slice(&bytes)
         .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))
+}
+
+/// The key of the PEM block at the start of `block` (an encrypted PKCS#8 key, ending at
+/// `end`), decrypted with `password`. No message names the password.
+fn decrypt_key(
+    path: &Path,
+    block: &str,
+    end: &str,
+    password: Option<&str>,
+) -> Result<PrivateKeyDer<'static>> {
+    let bad = |why: String| tls_error(format!("private key file \"{}\": {why}", path.display()));
+    let Some(password) = password else {
+        return Err(bad(
+            "the key is encrypted; give its password with sslpassword".into(),
+        ));
+    };
+    let block = match block.find(end) {
+        Some(at) => &block[..at + end.len()],
+        None => return Err(bad("the encrypted key's PEM block has no end line".into())),
+    };
+    let (_, der) = pkcs8::der::pem::decode_vec(block.as_bytes())
+        .map_err(|e| bad(format!("the encrypted key's PEM block: {e}")))?;
+    let info = pkcs8::EncryptedPrivateKeyInfo::try_from(der.as_slice())
+        .map_err(|e| bad(format!("the encrypted key: {e}")))?;
+    let key = info.decrypt(password).map_err(|e| {
+        bad(format!(
+            "could not decrypt the key ({e}): a wrong sslpassword, or a scheme other than \
+             PBES2 with PBKDF2 or scrypt and AES-CBC"
+        ))
+    })?;
+    Ok(PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into()))
 }
 
 /// Accepts any server certificate, but still checks that the server holds its key (the

@@ -795,6 +795,55 @@ async fn tls_follows_sslmode_and_its_files_as_libpq_does() {
     );
     let error = query_err(&ctx, &whoami(&tcp("localhost", "user=cert_user"))).await;
     assert!(error.contains("certificate"), "{error}");
+    // Encrypted copies of the key, with sslpassword. No message shows the password.
+    let password = common::CLIENT_KEY_PASSWORD;
+    for (name, given, expected) in [
+        ("client_pbkdf2.key", Some(password), None),
+        ("client_scrypt.key", Some(password), None),
+        (
+            "client_pbkdf2.key",
+            None,
+            Some("the key is encrypted; give its password with sslpassword"),
+        ),
+        (
+            "client_pbkdf2.key",
+            Some("wrong-pass"),
+            Some("could not decrypt the key"),
+        ),
+        (
+            "client_legacy.key",
+            Some(password),
+            Some("OpenSSL's legacy format"),
+        ),
+    ] {
+        let encrypted = keys.path().join(name);
+        std::fs::copy(tls.join(name), &encrypted).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&encrypted, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let dsn = format!(
+            "host=localhost port={} user=cert_user dbname=shop sslmode=verify-full {root} \
+             sslcert='{}' sslkey='{}'{}",
+            pg.port,
+            file("client.crt"),
+            encrypted.display(),
+            given
+                .map(|p| format!(" sslpassword='{p}'"))
+                .unwrap_or_default()
+        );
+        match expected {
+            None => assert_eq!(who(query(&ctx, &whoami(&dsn)).await), "true cert_user"),
+            Some(expected) => {
+                let error = query_err(&ctx, &whoami(&dsn)).await;
+                assert!(error.contains(expected), "{name} {given:?}: {error}");
+                assert!(
+                    !error.contains(password) && !error.contains("wrong-pass"),
+                    "{error}"
+                );
+            }
+        }
+    }
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();

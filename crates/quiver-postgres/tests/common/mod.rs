@@ -69,8 +69,13 @@ fn find_bin_dir() -> Option<PathBuf> {
 
 /// A test CA, a server certificate for `localhost` (its only name: `127.0.0.1` is not one), a
 /// client certificate for `cert_user`, and a second CA that signed none of them; revocation
-/// lists `empty.crl`, `revoked.crl` (the server's certificate) and `other_ca.crl`; `None`
+/// lists `empty.crl`, `revoked.crl` (the server's certificate) and `other_ca.crl`; the client's
+/// key encrypted with [`CLIENT_KEY_PASSWORD`]; `None`
 /// without the `openssl` tool.
+/// The password of the encrypted copies of the client's key (`client_pbkdf2.key`,
+/// `client_scrypt.key`, `client_legacy.key`).
+pub const CLIENT_KEY_PASSWORD: &str = "key-pass-7";
+
 fn make_certificates(dir: &Path) -> Option<PathBuf> {
     let openssl_runs = Command::new("openssl")
         .arg("version")
@@ -168,6 +173,23 @@ fn make_certificates(dir: &Path) -> Option<PathBuf> {
     ca("other_ca", &["-gencrl", "-out", "other_ca.crl"]);
     ca("ca", &["-revoke", "server.crt"]);
     ca("ca", &["-gencrl", "-out", "revoked.crl"]);
+    // The client's key encrypted with a password (sslpassword): as OpenSSL 3 writes PKCS#8
+    // (PBKDF2), with scrypt, and in the legacy format quiver refuses.
+    let pass = format!("pass:{CLIENT_KEY_PASSWORD}");
+    let topk8 = ["pkcs8", "-topk8", "-in", "client.key", "-passout", &pass];
+    run(&[&topk8[..], &["-out", "client_pbkdf2.key"]].concat());
+    run(&[&topk8[..], &["-scrypt", "-out", "client_scrypt.key"]].concat());
+    run(&[
+        "pkey",
+        "-in",
+        "client.key",
+        "-traditional",
+        "-aes256",
+        "-passout",
+        &pass,
+        "-out",
+        "client_legacy.key",
+    ]);
     use std::os::unix::fs::PermissionsExt;
     for key in ["server.key", "client.key"] {
         std::fs::set_permissions(dir.join(key), std::fs::Permissions::from_mode(0o600))
