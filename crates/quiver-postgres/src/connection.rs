@@ -51,6 +51,10 @@ use crate::tls::{self, SslMode, TlsSettings};
 pub struct ConnectTarget {
     config: Config,
     tls: TlsSettings,
+    /// Per host (in `config`'s order), the password file's entry, when the password comes
+    /// from the file and its entries differ by host (libpq looks one up per host); else empty,
+    /// and `config` holds the one password.
+    host_passwords: Vec<Option<String>>,
     idle: Arc<IdleConnections>,
 }
 
@@ -137,6 +141,7 @@ const MAX_SHARED: usize = 16;
 struct SharedTarget {
     config: Config,
     tls: TlsSettings,
+    host_passwords: Vec<Option<String>>,
     idle: Arc<IdleConnections>,
     used: Instant,
 }
@@ -150,25 +155,37 @@ impl std::fmt::Debug for ConnectTarget {
 /// Directories libpq looks in for the server's Unix socket when no host is given.
 const SOCKET_DIRS: [&str; 2] = ["/var/run/postgresql", "/tmp"];
 
-/// The password file's entry for the first host (libpq looks one up per host; the connection
-/// has one password), with a default socket directory matching `localhost`.
-fn passfile_lookup(config: &Config, path: &std::path::Path) -> Option<String> {
-    let host = match config.get_hosts().first()? {
-        Host::Tcp(name) => name.clone(),
-        #[cfg(unix)]
-        Host::Unix(dir) if SOCKET_DIRS.iter().any(|d| dir == std::path::Path::new(d)) => {
-            "localhost".to_string()
-        }
-        #[cfg(unix)]
-        Host::Unix(dir) => dir.display().to_string(),
+/// The password file's entry for each host, with the port [`ConnectTarget::open_socket`]
+/// uses for it (libpq looks one up per host), a default socket directory matching
+/// `localhost`.
+fn passfile_lookup(config: &Config, path: &std::path::Path) -> Vec<Option<String>> {
+    let ports = config.get_ports();
+    let (Some(database), Some(user)) = (config.get_dbname(), config.get_user()) else {
+        return Vec::new();
     };
-    let lookup = passfile::Lookup {
-        host: &host,
-        port: config.get_ports().first().copied().unwrap_or(5432),
-        database: config.get_dbname()?,
-        user: config.get_user()?,
-    };
-    passfile::read_password(path, &lookup)
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let host = match host {
+                Host::Tcp(name) => name.clone(),
+                #[cfg(unix)]
+                Host::Unix(dir) if SOCKET_DIRS.iter().any(|d| dir == std::path::Path::new(d)) => {
+                    "localhost".to_string()
+                }
+                #[cfg(unix)]
+                Host::Unix(dir) => dir.display().to_string(),
+            };
+            let lookup = passfile::Lookup {
+                host: &host,
+                port: ports.get(i).or(ports.first()).copied().unwrap_or(5432),
+                database,
+                user,
+            };
+            passfile::read_password(path, &lookup)
+        })
+        .collect()
 }
 
 impl ConnectTarget {
@@ -251,12 +268,20 @@ impl ConnectTarget {
                 }
             }
         }
+        let mut host_passwords = Vec::new();
         if config.get_password().is_none() {
             if let Some(password) = env("PGPASSWORD").filter(|p| !p.is_empty()) {
                 config.password(password);
             } else if let Some(path) = passfile::location(passfile.as_deref(), &env) {
-                if let Some(password) = passfile_lookup(&config, &path) {
-                    config.password(password);
+                let passwords = passfile_lookup(&config, &path);
+                match passwords.first() {
+                    // One password for every host: the config's, as a string's would be.
+                    Some(first) if passwords.iter().all(|p| p == first) => {
+                        if let Some(password) = first {
+                            config.password(password.clone());
+                        }
+                    }
+                    _ => host_passwords = passwords,
                 }
             }
         }
@@ -278,6 +303,7 @@ impl ConnectTarget {
         Ok(ConnectTarget {
             config,
             tls,
+            host_passwords,
             idle: Arc::default(),
         })
     }
@@ -292,9 +318,11 @@ impl ConnectTarget {
         for target in shared.iter() {
             target.idle.prune_all();
         }
-        let found = shared
-            .iter_mut()
-            .find(|t| t.config == self.config && t.tls.same_sources(&self.tls));
+        let found = shared.iter_mut().find(|t| {
+            t.config == self.config
+                && t.host_passwords == self.host_passwords
+                && t.tls.same_sources(&self.tls)
+        });
         match found {
             Some(target) => {
                 target.used = Instant::now();
@@ -309,6 +337,7 @@ impl ConnectTarget {
                 shared.push(SharedTarget {
                     config: self.config.clone(),
                     tls: self.tls.clone(),
+                    host_passwords: self.host_passwords.clone(),
                     idle: Arc::clone(&self.idle),
                     used: Instant::now(),
                 });
@@ -356,7 +385,9 @@ impl ConnectTarget {
                     a trust, md5 or certificate login has none)"
                 .to_string();
         }
-        if self.config.get_password().is_none() && reason.contains("password") {
+        let no_password =
+            self.config.get_password().is_none() && self.host_passwords.iter().all(Option::is_none);
+        if no_password && reason.contains("password") {
             "the server asks for a password and none was given (not in the connection \
              string, PGPASSWORD or a password file that only its owner may read)"
                 .to_string()
@@ -396,30 +427,32 @@ impl ConnectTarget {
             target: self.describe(),
             message,
         };
-        let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
+        let (socket, endpoint, host) = self.open_socket().await.map_err(connect_error)?;
         let mode = match &endpoint {
             Endpoint::Unix(_) => SslMode::Disable,
             Endpoint::Tcp(..) => self.tls.mode,
         };
-        let login = |socket, endpoint, ssl| self.login(io, socket, endpoint, ssl);
+        let login = |socket, endpoint, host, ssl| self.login(io, socket, endpoint, host, ssl);
         let outcome = match mode {
-            SslMode::Disable => login(socket, endpoint, PgSsl::Disable).await,
-            SslMode::Allow => match login(socket, endpoint, PgSsl::Disable).await {
+            SslMode::Disable => login(socket, endpoint, host, PgSsl::Disable).await,
+            SslMode::Allow => match login(socket, endpoint, host, PgSsl::Disable).await {
                 Ok(connection) => Ok(connection),
                 Err(_) => {
-                    let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
-                    login(socket, endpoint, PgSsl::Require).await
+                    let (socket, endpoint, host) =
+                        self.open_socket().await.map_err(connect_error)?;
+                    login(socket, endpoint, host, PgSsl::Require).await
                 }
             },
-            SslMode::Prefer => match login(socket, endpoint, PgSsl::Prefer).await {
+            SslMode::Prefer => match login(socket, endpoint, host, PgSsl::Prefer).await {
                 Err(error) if is_handshake_failure(&error) => {
-                    let (socket, endpoint) = self.open_socket().await.map_err(connect_error)?;
-                    login(socket, endpoint, PgSsl::Disable).await
+                    let (socket, endpoint, host) =
+                        self.open_socket().await.map_err(connect_error)?;
+                    login(socket, endpoint, host, PgSsl::Disable).await
                 }
                 outcome => outcome,
             },
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
-                login(socket, endpoint, PgSsl::Require).await
+                login(socket, endpoint, host, PgSsl::Require).await
             }
         };
         outcome.map_err(|e| connect_error(self.login_message(&e)))
@@ -468,12 +501,14 @@ impl ConnectTarget {
         Ok((connection, value?))
     }
 
-    /// Logs in over `socket`, with TLS as `ssl` says; the connection's I/O runs on `io`.
+    /// Logs in over `socket` (to the host at `position` in the list), with TLS as `ssl` says;
+    /// the connection's I/O runs on `io`.
     async fn login(
         &self,
         io: &tokio::runtime::Handle,
         socket: Socket,
         endpoint: Endpoint,
+        position: usize,
         ssl: PgSsl,
     ) -> std::result::Result<PgConnection, tokio_postgres::Error> {
         let host = match &endpoint {
@@ -482,6 +517,9 @@ impl ConnectTarget {
         };
         let mut config = self.config.clone();
         config.ssl_mode(ssl);
+        if let Some(Some(password)) = self.host_passwords.get(position) {
+            config.password(password.clone());
+        }
         let tap = CopyTap::default();
         let (client, connection) = config
             .connect_raw(
@@ -504,8 +542,8 @@ impl ConnectTarget {
         })
     }
 
-    /// The first host (in the order given) that accepts a connection.
-    async fn open_socket(&self) -> std::result::Result<(Socket, Endpoint), String> {
+    /// The first host (in the order given) that accepts a connection, and its position.
+    async fn open_socket(&self) -> std::result::Result<(Socket, Endpoint, usize), String> {
         let hosts = self.config.get_hosts();
         let ports = self.config.get_ports();
         let timeout = self.config.get_connect_timeout().copied();
@@ -526,7 +564,7 @@ impl ConnectTarget {
                 None => attempt.await,
             };
             match opened {
-                Ok(socket) => return Ok((socket, endpoint)),
+                Ok(socket) => return Ok((socket, endpoint, i)),
                 Err(message) => last_error = message,
             }
         }
@@ -725,6 +763,41 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn the_password_file_is_read_per_host_and_port() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pgpass");
+        std::fs::write(
+            &path,
+            "primary:5432:shop:app:first\nreplica:6432:shop:app:second\n*:*:other:app:third\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let parse = |dsn: &str| {
+            let file = path.to_str().unwrap().to_string();
+            ConnectTarget::parse_with_env(dsn, move |name| {
+                (name == "PGPASSFILE").then(|| file.clone())
+            })
+            .unwrap()
+        };
+        // Each host with its own port; one port for all hosts.
+        let both = parse("host=primary,replica,nowhere port=5432,6432,5432 user=app dbname=shop");
+        assert_eq!(both.config.get_password(), None);
+        let expected = [Some("first".to_string()), Some("second".into()), None];
+        assert_eq!(both.host_passwords, expected);
+        let first_port = parse("host=primary,replica port=5432 user=app dbname=shop");
+        assert_eq!(first_port.host_passwords, [Some("first".to_string()), None]);
+        // One password for every host is the config's, as before.
+        let same = parse("host=a,b user=app dbname=other");
+        assert_eq!(same.config.get_password(), Some(&b"third"[..]));
+        assert!(same.host_passwords.is_empty());
+        // A password in the string wins over the file for every host.
+        let given = parse("host=primary,replica port=5432,6432 user=app dbname=shop password=x");
+        assert_eq!(given.config.get_password(), Some(&b"x"[..]));
+        assert!(given.host_passwords.is_empty());
     }
 
     #[test]

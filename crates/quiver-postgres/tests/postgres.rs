@@ -637,6 +637,30 @@ async fn a_password_file_supplies_the_password() {
     );
     assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 42);
 
+    // With several hosts, each host's own entry: the first host refuses connections (nothing
+    // listens on port 1) and has a wrong password on file; the second's is the right one.
+    std::fs::write(
+        &path,
+        format!(
+            "localhost:1:shop:secret_user:wrong\nlocalhost:{0}:shop:secret_user:hunter2-secret\n\
+             {socket}:{0}:shop:secret_user:hunter2-secret\n",
+            pg.port
+        ),
+    )
+    .unwrap();
+    if pg.tls.is_some() {
+        let dsn = format!(
+            "host=localhost,localhost port=1,{} user=secret_user dbname=shop passfile='{}'",
+            pg.port,
+            path.display()
+        );
+        let sql = format!(
+            "SELECT * FROM postgres_query({}, 'SELECT 43::int8 AS answer')",
+            lit(&dsn)
+        );
+        assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 43);
+    }
+
     // libpq ignores a password file its group or others may read; so does quiver.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let error = query_err(&ctx, &sql).await;
