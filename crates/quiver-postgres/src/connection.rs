@@ -776,13 +776,9 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let parse = |dsn: &str| {
-            let file = path.to_str().unwrap().to_string();
-            ConnectTarget::parse_with_env(dsn, move |name| {
-                (name == "PGPASSFILE").then(|| file.clone())
-            })
-            .unwrap()
-        };
+        let file = path.to_str().unwrap();
+        let parse =
+            |dsn: &str| ConnectTarget::parse_with_env(dsn, env(&[("PGPASSFILE", file)])).unwrap();
         // Each host with its own port; one port for all hosts.
         let both = parse("host=primary,replica,nowhere port=5432,6432,5432 user=app dbname=shop");
         assert_eq!(both.config.get_password(), None);

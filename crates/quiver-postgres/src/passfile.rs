@@ -4,9 +4,11 @@
 //! password file: the `passfile` connection parameter, else `PGPASSFILE`, else `~/.pgpass`.
 //! Each line is `hostname:port:database:username:password`; `#` starts a comment line; a field
 //! of exactly `*` matches anything; `\:` and `\\` stand for `:` and `\`. The first line that
-//! matches wins. A Unix-socket connection to the default socket directory matches `localhost`,
-//! one to another directory matches that directory's path. A file that is not a regular file,
-//! or that its group or others may read, is ignored, as libpq ignores it.
+//! matches wins, looked up for each host of the connection string with that host's port (the
+//! login to whichever host answers uses its own entry). A Unix-socket connection to the
+//! default socket directory matches `localhost`, one to another directory matches that
+//! directory's path. A file that is not a regular file, or that its group or others may read,
+//! is ignored, as libpq ignores it.
 
 use std::path::{Path, PathBuf};
 

@@ -294,16 +294,22 @@ fn tls_error(message: String) -> PostgresError {
 }
 
 fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
-    let certificates = CertificateDer::pem_file_iter(path)
-        .and_then(|certificates| certificates.collect::<std::result::Result<Vec<_>, _>>())
+    read_pem(path, what, "certificate")
+}
+
+/// Every PEM object of type `T` in the file at `path` (`what` file, holding `kind`s): at least
+/// one.
+fn read_pem<T: PemObject>(path: &Path, what: &str, kind: &str) -> Result<Vec<T>> {
+    let objects = T::pem_file_iter(path)
+        .and_then(|objects| objects.collect::<std::result::Result<Vec<_>, _>>())
         .map_err(|e| tls_error(format!("{what} file \"{}\": {e}", path.display())))?;
-    if certificates.is_empty() {
+    if objects.is_empty() {
         return Err(tls_error(format!(
-            "{what} file \"{}\" holds no PEM certificate",
+            "{what} file \"{}\" holds no PEM {kind}",
             path.display()
         )));
     }
-    Ok(certificates)
+    Ok(objects)
 }
 
 fn read_roots(path: &Path) -> Result<RootCertStore> {
@@ -325,22 +331,15 @@ fn read_crls(
 ) -> Result<Vec<CertificateRevocationListDer<'static>>> {
     let mut files = Vec::from_iter(file);
     if let Some(dir) = dir {
-        let entries = std::fs::read_dir(&dir).map_err(|e| {
+        let unreadable = |e: std::io::Error| {
             tls_error(format!(
                 "revocation list directory \"{}\" (sslcrldir): {e}",
                 dir.display()
             ))
-        })?;
+        };
         let mut found = Vec::new();
-        for entry in entries {
-            let path = entry
-                .map_err(|e| {
-                    tls_error(format!(
-                        "revocation list directory \"{}\" (sslcrldir): {e}",
-                        dir.display()
-                    ))
-                })?
-                .path();
+        for entry in std::fs::read_dir(&dir).map_err(unreadable)? {
+            let path = entry.map_err(unreadable)?.path();
             if path.is_file() {
                 found.push(path);
             }
@@ -350,16 +349,11 @@ fn read_crls(
     }
     let mut crls = Vec::new();
     for path in files {
-        let read = CertificateRevocationListDer::pem_file_iter(&path)
-            .and_then(|lists| lists.collect::<std::result::Result<Vec<_>, _>>())
-            .map_err(|e| tls_error(format!("revocation list file \"{}\": {e}", path.display())))?;
-        if read.is_empty() {
-            return Err(tls_error(format!(
-                "revocation list file \"{}\" holds no PEM certificate revocation list",
-                path.display()
-            )));
-        }
-        crls.extend(read);
+        crls.extend(read_pem(
+            &path,
+            "revocation list",
+            "certificate revocation list",
+        )?);
     }
     Ok(crls)
 }

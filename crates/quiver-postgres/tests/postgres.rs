@@ -631,10 +631,13 @@ async fn a_password_file_supplies_the_password() {
         path.display()
     );
     // The role may log in but read no table: a query of its own shows the login worked.
-    let sql = format!(
-        "SELECT * FROM postgres_query({}, 'SELECT 42::int8 AS answer')",
-        lit(&dsn)
-    );
+    let answer = |dsn: &str| {
+        format!(
+            "SELECT * FROM postgres_query({}, 'SELECT 42::int8 AS answer')",
+            lit(dsn)
+        )
+    };
+    let sql = answer(&dsn);
     assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 42);
 
     // With several hosts, each host's own entry: the first host refuses connections (nothing
@@ -654,11 +657,7 @@ async fn a_password_file_supplies_the_password() {
             pg.port,
             path.display()
         );
-        let sql = format!(
-            "SELECT * FROM postgres_query({}, 'SELECT 43::int8 AS answer')",
-            lit(&dsn)
-        );
-        assert_eq!(single_i64(&query(&ctx, &sql).await, 0), 43);
+        assert_eq!(single_i64(&query(&ctx, &answer(&dsn)).await, 0), 42);
     }
 
     // libpq ignores a password file its group or others may read; so does quiver.
