@@ -198,6 +198,33 @@ def test_pushed_filters_match_pandas():
     assert quiver.sql("SELECT count(*) FROM df WHERE a >= 0").fetchone() == (len(df),)
 
 
+def test_string_equality_over_views_matches_pandas(tmp_path):
+    # `s = 'x'` and `s <> 'x'` over string views are decided from the views: literals of up to
+    # 12 bytes by the length and inline bytes, longer ones by length, prefix and then the data
+    # buffer. Strings of every length around those limits, sharing prefixes, with NULLs; over
+    # the frame's scan (object and `str` columns) and over a Parquet file (a filter above it).
+    words = ["", "a", "ab", "abcdefghijkl", "abcdefghijklm", "abcdefghijklmnop", "abcdefghijklmnoZ"]
+    values = [w for w in words for _ in range(3)] + [None] * 5 + ["abcd", "abcZ"] * 4
+    df = pd.DataFrame({"o": pd.Series(values, dtype=object), "s": pd.Series(values, dtype="str")})
+    path = tmp_path / "words.parquet"
+    df.to_parquet(path)
+    for literal in [*words, "abcd", "zzzzzzzzzzzzzzzzzzzz"]:
+        equal = sum(v == literal for v in values)
+        other = sum(v is not None and v != literal for v in values)
+        for source in ["df", f"'{path}'"]:
+            for column in ["o", "s"]:
+                counts = quiver.sql(
+                    f"SELECT count(*) FILTER (WHERE {column} = $x), "
+                    f"count(*) FILTER (WHERE $x <> {column}) FROM {source}",
+                    params={"x": literal},
+                ).fetchone()
+                assert counts == (equal, other), (literal, source, column)
+                where = quiver.sql(
+                    f"SELECT count(*) FROM {source} WHERE {column} <> $x", params={"x": literal}
+                ).fetchone()
+                assert where == (other,), (literal, source, column)
+
+
 def _scan_metrics(plan: str) -> dict[str, str]:
     line = next(line for line in plan.splitlines() if "PythonScan:" in line)
     listed = line.split("metrics=[", 1)[1].rsplit("]", 1)[0]

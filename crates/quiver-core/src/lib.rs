@@ -35,6 +35,7 @@ pub mod statement;
 pub mod suggest;
 pub mod table_functions;
 pub mod topk;
+pub mod view_compare;
 pub mod widen_aggregates;
 
 pub use datafusion;

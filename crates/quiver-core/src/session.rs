@@ -120,8 +120,8 @@ impl Session {
         // Join sides by rows runs right after DataFusion's join selection, before anything
         // wires run-time filters from build to probe sides. quiver's other physical rules run
         // after DataFusion's: the small-key GROUP BY path, the GROUP BY … LIMIT key freeze, the
-        // radix GROUP BY for many keys, and Top-K over wide Parquet scans reading the wide
-        // columns late.
+        // radix GROUP BY for many keys, Top-K over wide Parquet scans reading the wide
+        // columns late, and filters comparing string views by their views.
         let mut rules = PhysicalOptimizer::new().rules;
         let after_join_selection = rules
             .iter()
@@ -158,6 +158,8 @@ impl Session {
             rules.push(Arc::new(quiver_agg::RadixAggregateRule));
         }
         rules.push(Arc::new(crate::topk::TopKThresholdRule));
+        // String-view equality before the AND chains are wrapped, so each conjunct has it.
+        rules.push(Arc::new(crate::view_compare::ViewCompareRule));
         rules.push(Arc::new(crate::conjunction::ConjunctionFilterRule));
         let state = SessionStateBuilder::new()
             .with_config(config)
