@@ -241,12 +241,28 @@ impl ConnectTarget {
             }
         }
         if config.get_ports().is_empty() {
-            if let Some(port) = env("PGPORT").filter(|p| !p.is_empty()) {
-                let port = port.trim().parse::<u16>().map_err(|_| {
-                    PostgresError::InvalidDsn(format!("PGPORT \"{port}\" is not a port number"))
-                })?;
-                config.port(port);
+            if let Some(ports) = env("PGPORT").filter(|p| !p.is_empty()) {
+                // A list as in the string: one port per host, an empty one the default.
+                for port in ports.split(',').map(str::trim) {
+                    let port = if port.is_empty() {
+                        5432
+                    } else {
+                        port.parse::<u16>().map_err(|_| {
+                            PostgresError::InvalidDsn(format!(
+                                "PGPORT \"{ports}\": \"{port}\" is not a port number"
+                            ))
+                        })?
+                    };
+                    config.port(port);
+                }
             }
+        }
+        // libpq's rule: one port for every host, or one per host.
+        let (hosts, ports) = (config.get_hosts().len(), config.get_ports().len());
+        if ports > 1 && ports != hosts {
+            return Err(PostgresError::InvalidDsn(format!(
+                "could not match {ports} port numbers to {hosts} hosts"
+            )));
         }
         if config.get_user().is_none() {
             let user = env("PGUSER")
@@ -922,6 +938,48 @@ mod tests {
             error.contains("channel_binding \"always\" is not one of"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn ports_are_one_for_all_hosts_or_one_per_host() {
+        let ports = |dsn: &str, vars: &[(&str, &str)]| {
+            ConnectTarget::parse_with_env(dsn, env(vars))
+                .map(|target| target.config.get_ports().to_vec())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(ports("user=app host=a,b port=6000", &[]), Ok(vec![6000]));
+        assert_eq!(
+            ports("user=app host=a,b,c port=1,,3", &[]),
+            Ok(vec![1, 5432, 3])
+        );
+        // PGPORT is a list as well, as libpq reads it.
+        let vars = [("PGHOST", "a,b"), ("PGPORT", "5433, 6433")];
+        assert_eq!(ports("user=app", &vars), Ok(vec![5433, 6433]));
+        for (dsn, vars, message) in [
+            (
+                "host=a,b port=1,2,3",
+                &[][..],
+                "could not match 3 port numbers to 2 hosts",
+            ),
+            (
+                "host=a port=1,2",
+                &[],
+                "could not match 2 port numbers to 1 hosts",
+            ),
+            (
+                "host=a,b,c",
+                &vars[1..],
+                "could not match 2 port numbers to 3 hosts",
+            ),
+            (
+                "host=a,b",
+                &[("PGPORT", "1,zz")],
+                "PGPORT \"1,zz\": \"zz\" is not a port",
+            ),
+        ] {
+            let error = ports(&format!("user=app {dsn}"), vars).unwrap_err();
+            assert!(error.contains(message), "{dsn}: {error}");
+        }
     }
 
     #[test]
