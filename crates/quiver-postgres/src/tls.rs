@@ -379,22 +379,20 @@ fn system_roots() -> Result<RootCertStore> {
 /// a key owned by root may be readable by its group. An encrypted key is decrypted with
 /// `password` (`sslpassword`).
 fn read_key(path: &Path, password: Option<&str>) -> Result<PrivateKeyDer<'static>> {
+    let bad = |why: &dyn std::fmt::Display| key_error(path, why);
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        let metadata = std::fs::metadata(path)
-            .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))?;
+        let metadata = std::fs::metadata(path).map_err(|e| bad(&e))?;
         let allowed = if metadata.uid() == 0 { 0o640 } else { 0o600 };
         if metadata.mode() & 0o777 & !allowed != 0 {
-            return Err(tls_error(format!(
-                "private key file \"{}\" has group or world access; it must be u=rw (0600) or \
-                 less if owned by the current user, or u=rw,g=r (0640) or less if owned by root",
-                path.display()
-            )));
+            return Err(bad(
+                &"it has group or world access; it must be u=rw (0600) or less if owned by the \
+                  current user, or u=rw,g=r (0640) or less if owned by root",
+            ));
         }
     }
-    let bytes = std::fs::read(path)
-        .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| bad(&e))?;
     let text = String::from_utf8_lossy(&bytes);
     const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
     const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
@@ -402,15 +400,18 @@ fn read_key(path: &Path, password: Option<&str>) -> Result<PrivateKeyDer<'static
         return decrypt_key(path, &text[start..], END, password);
     }
     if text.contains("Proc-Type: 4,ENCRYPTED") {
-        return Err(tls_error(format!(
-            "private key file \"{}\" is encrypted in OpenSSL's legacy format, which quiver does \
-             not read; convert it with `openssl pkcs8 -topk8 -v2 aes-256-cbc -in OLD -out NEW` \
-             and give its password with sslpassword",
-            path.display()
-        )));
+        return Err(bad(
+            &"it is encrypted in OpenSSL's legacy format, which quiver does not read; convert \
+              it with `openssl pkcs8 -topk8 -v2 aes-256-cbc -in OLD -out NEW` and give its \
+              password with sslpassword",
+        ));
     }
-    PrivateKeyDer::from_pem_slice(&bytes)
-        .map_err(|e| tls_error(format!("private key file \"{}\": {e}", path.display())))
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| bad(&e))
+}
+
+/// An error about the private key file at `path`.
+fn key_error(path: &Path, why: &dyn std::fmt::Display) -> PostgresError {
+    tls_error(format!("private key file \"{}\": {why}", path.display()))
 }
 
 /// The key of the PEM block at the start of `block` (an encrypted PKCS#8 key, ending at
@@ -421,7 +422,7 @@ fn decrypt_key(
     end: &str,
     password: Option<&str>,
 ) -> Result<PrivateKeyDer<'static>> {
-    let bad = |why: String| tls_error(format!("private key file \"{}\": {why}", path.display()));
+    let bad = |why: String| key_error(path, &why);
     let Some(password) = password else {
         return Err(bad(
             "the key is encrypted; give its password with sslpassword".into(),
