@@ -52,19 +52,10 @@ impl PhysicalOptimizerRule for ConjunctionFilterRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            let Some(filter) = node.downcast_ref::<FilterExec>() else {
-                return Ok(Transformed::no(node));
-            };
-            let Some(predicate) = ConjunctionExpr::try_new(filter.predicate())? else {
-                return Ok(Transformed::no(node));
-            };
-            let rebuilt = FilterExecBuilder::from(filter)
-                .with_predicate(Arc::new(predicate))
-                .build()?;
-            Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+        replace_filter_predicates(plan, |predicate| {
+            Ok(ConjunctionExpr::try_new(predicate)?
+                .map(|progressive| Arc::new(progressive) as Arc<dyn PhysicalExpr>))
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -74,6 +65,27 @@ impl PhysicalOptimizerRule for ConjunctionFilterRule {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `plan` with the predicate of every `FilterExec` replaced by what `replace` makes of it
+/// (`None`: the filter stays as it is).
+pub(crate) fn replace_filter_predicates(
+    plan: Arc<dyn ExecutionPlan>,
+    replace: impl Fn(&Arc<dyn PhysicalExpr>) -> Result<Option<Arc<dyn PhysicalExpr>>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(filter) = node.downcast_ref::<FilterExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(predicate) = replace(filter.predicate())? else {
+            return Ok(Transformed::no(node));
+        };
+        let rebuilt = FilterExecBuilder::from(filter)
+            .with_predicate(predicate)
+            .build()?;
+        Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+    })
+    .map(|t| t.data)
 }
 
 /// `c1 AND c2 AND …` for a filter: true where every conjunct is true, false elsewhere (NULL

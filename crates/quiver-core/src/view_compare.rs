@@ -27,8 +27,9 @@ use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
+
+use crate::conjunction::replace_filter_predicates;
 
 /// Rewrites the predicate of every `FilterExec` with [`rewrite`].
 #[derive(Debug, Default)]
@@ -40,20 +41,10 @@ impl PhysicalOptimizerRule for ViewCompareRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        plan.transform_up(|node| {
-            let Some(filter) = node.downcast_ref::<FilterExec>() else {
-                return Ok(Transformed::no(node));
-            };
-            let predicate = rewrite(Arc::clone(filter.predicate()))?;
-            if !predicate.transformed {
-                return Ok(Transformed::no(node));
-            }
-            let rebuilt = FilterExecBuilder::from(filter)
-                .with_predicate(predicate.data)
-                .build()?;
-            Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+        replace_filter_predicates(plan, |predicate| {
+            let rewritten = rewrite(Arc::clone(predicate))?;
+            Ok(rewritten.transformed.then_some(rewritten.data))
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
