@@ -155,11 +155,21 @@ impl std::fmt::Debug for ConnectTarget {
 /// Directories libpq looks in for the server's Unix socket when no host is given.
 const SOCKET_DIRS: [&str; 2] = ["/var/run/postgresql", "/tmp"];
 
+/// The port of the host at `position`: its own, or the one port given for every host (the
+/// parse refuses any other count), else libpq's default.
+fn host_port(config: &Config, position: usize) -> u16 {
+    let ports = config.get_ports();
+    ports
+        .get(position)
+        .or(ports.first())
+        .copied()
+        .unwrap_or(5432)
+}
+
 /// The password file's entry for each host, with the port [`ConnectTarget::open_socket`]
 /// uses for it (libpq looks one up per host), a default socket directory matching
 /// `localhost`.
 fn passfile_lookup(config: &Config, path: &std::path::Path) -> Vec<Option<String>> {
-    let ports = config.get_ports();
     let (Some(database), Some(user)) = (config.get_dbname(), config.get_user()) else {
         return Vec::new();
     };
@@ -179,7 +189,7 @@ fn passfile_lookup(config: &Config, path: &std::path::Path) -> Vec<Option<String
             };
             let lookup = passfile::Lookup {
                 host: &host,
-                port: ports.get(i).or(ports.first()).copied().unwrap_or(5432),
+                port: host_port(config, i),
                 database,
                 user,
             };
@@ -374,7 +384,7 @@ impl ConnectTarget {
                 Host::Unix(path) => path.display().to_string(),
             })
             .collect();
-        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let port = host_port(&self.config, 0);
         format!(
             "{}@{}:{}/{}",
             self.config.get_user().unwrap_or(""),
@@ -561,11 +571,10 @@ impl ConnectTarget {
     /// The first host (in the order given) that accepts a connection, and its position.
     async fn open_socket(&self) -> std::result::Result<(Socket, Endpoint, usize), String> {
         let hosts = self.config.get_hosts();
-        let ports = self.config.get_ports();
         let timeout = self.config.get_connect_timeout().copied();
         let mut last_error = "no host to connect to".to_string();
         for (i, host) in hosts.iter().enumerate() {
-            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let port = host_port(&self.config, i);
             let endpoint = match host {
                 Host::Tcp(name) => Endpoint::Tcp(name.clone(), port),
                 #[cfg(unix)]
