@@ -11,7 +11,9 @@
 //! that is about to start it), the payloads of `CopyData` messages go to the [`CopyTap`]
 //! instead, concatenated into chunks of about 256 KiB — the binary COPY format is
 //! self-delimiting, so the parser needs no message boundaries — and every other message
-//! passes through untouched. tokio-postgres so sees an empty COPY (`CopyOutResponse`,
+//! passes through untouched. A chunk ends where a `CopyData` message ends (unless the socket
+//! closes mid-message): Postgres sends one row per message, so a chunk holds whole rows and
+//! the reader decodes it where it lies, instead of copying a split row's two halves together. tokio-postgres so sees an empty COPY (`CopyOutResponse`,
 //! `CopyDone`, `CommandComplete`) and keeps doing everything else: the start, errors,
 //! `ReadyForQuery`. A chunk is queued before the message that follows it is passed on, so when
 //! the copy stream ends every byte is already in the tap. The tap holds at most about 8 MiB;
@@ -69,19 +71,45 @@ impl TapState {
     }
 }
 
-/// Queues the diverted bytes in `side` for the reader (drops them for an abandoned COPY).
-fn flush(side: &mut BytesMut, state: &mut TapState) {
-    if side.is_empty() {
-        return;
+/// Diverted `CopyData` payloads not yet queued for the reader.
+#[derive(Default)]
+struct Side {
+    bytes: BytesMut,
+    /// How many of `bytes` are whole messages (the rest is a message still arriving).
+    whole: usize,
+}
+
+impl Side {
+    fn extend(&mut self, payload: &[u8], message_ends: bool) {
+        if self.bytes.capacity() - self.bytes.len() < payload.len() {
+            // Room for a chunk and the message that crosses its end, in one allocation
+            // rather than a doubling series from empty (and doubling for a huge message).
+            let room = (CHUNK + CHUNK / 4).max(self.bytes.len());
+            self.bytes.reserve(payload.len().max(room));
+        }
+        self.bytes.extend_from_slice(payload);
+        if message_ends {
+            self.whole = self.bytes.len();
+        }
     }
-    let chunk = side.split().freeze();
-    if state.abandoned {
-        return;
-    }
-    state.buffered += chunk.len();
-    state.chunks.push_back(chunk);
-    if let Some(waker) = state.reader.take() {
-        waker.wake();
+
+    /// Queues the whole messages for the reader (drops them for an abandoned COPY); with
+    /// `all`, also the start of a message the socket will not finish.
+    fn flush(&mut self, state: &mut TapState, all: bool) {
+        let take = if all { self.bytes.len() } else { self.whole };
+        self.whole = 0;
+        if take == 0 {
+            return;
+        }
+        let chunk = self.bytes.split_to(take).freeze();
+        if state.abandoned {
+            return;
+        }
+        state.buffered += chunk.len();
+        state.chunks.push_back(chunk);
+        if let Some(waker) = state.reader.take() {
+            waker.wake();
+        }
     }
 }
 
@@ -172,7 +200,7 @@ pub struct TapStream<S> {
     /// Sorted for tokio-postgres, not yet read by it.
     output: BytesMut,
     /// Diverted, not yet queued.
-    side: BytesMut,
+    side: Side,
     scratch: Vec<u8>,
 }
 
@@ -182,7 +210,7 @@ impl<S> std::fmt::Debug for TapStream<S> {
             .field("frame", &self.frame)
             .field("input", &self.input.len())
             .field("output", &self.output.len())
-            .field("side", &self.side.len())
+            .field("side", &self.side.bytes.len())
             .finish()
     }
 }
@@ -196,7 +224,7 @@ impl<S> TapStream<S> {
             frame: Frame::Header,
             input: BytesMut::new(),
             output: BytesMut::new(),
-            side: BytesMut::new(),
+            side: Side::default(),
             scratch: Vec::new(),
         }
     }
@@ -237,7 +265,7 @@ impl<S> TapStream<S> {
                         };
                     } else {
                         // Whatever follows the data (CopyDone, an error) must find it queued.
-                        flush(&mut self.side, &mut state);
+                        self.side.flush(&mut state, false);
                         if armed && tag == b'H' {
                             state.copying = true;
                         }
@@ -269,9 +297,9 @@ impl<S> TapStream<S> {
                     if !divert {
                         self.output.extend_from_slice(bytes);
                     } else {
-                        self.side.extend_from_slice(bytes);
-                        if self.side.len() >= CHUNK {
-                            flush(&mut self.side, &mut state);
+                        self.side.extend(bytes, take == left);
+                        if self.side.whole >= CHUNK {
+                            self.side.flush(&mut state, false);
                         }
                     }
                 }
@@ -281,7 +309,7 @@ impl<S> TapStream<S> {
 
     fn close(&mut self) {
         let mut state = self.tap.lock();
-        flush(&mut self.side, &mut state);
+        self.side.flush(&mut state, true);
         state.closed = true;
         if let Some(waker) = state.reader.take() {
             waker.wake();
@@ -322,8 +350,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for TapStream<S> {
             let mut read = ReadBuf::new(&mut this.scratch);
             match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
                 Poll::Pending => {
-                    // Let the reader work on what has arrived while the socket is quiet.
-                    flush(&mut this.side, &mut this.tap.lock());
+                    // Let the reader work on the rows that have arrived while the socket is
+                    // quiet.
+                    this.side.flush(&mut this.tap.lock(), false);
                     return Poll::Pending;
                 }
                 Poll::Ready(Err(e)) => {
@@ -403,6 +432,12 @@ mod tests {
     /// What tokio-postgres reads and what the tap collects, for `server` bytes arriving in
     /// pieces of `piece` bytes.
     async fn run(server: Vec<u8>, piece: usize, arm: bool) -> (Vec<u8>, Vec<u8>) {
+        let (passed, chunks) = run_chunks(server, piece, arm).await;
+        (passed, chunks.concat())
+    }
+
+    /// [`run`], with the chunks the reader would take one by one.
+    async fn run_chunks(server: Vec<u8>, piece: usize, arm: bool) -> (Vec<u8>, Vec<Bytes>) {
         let (mut client_end, server_end) = tokio::io::duplex(piece.max(1));
         let tap = CopyTap::default();
         tap.start_framing();
@@ -420,11 +455,11 @@ mod tests {
         let mut passed = Vec::new();
         stream.read_to_end(&mut passed).await.unwrap();
         writer.await.unwrap();
-        let mut data = Vec::new();
+        let mut chunks = Vec::new();
         while let Some(chunk) = tap.try_chunk() {
-            data.extend_from_slice(&chunk);
+            chunks.push(chunk);
         }
-        (passed, data)
+        (passed, chunks)
     }
 
     fn copy_session(rows: &[&[u8]]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
@@ -458,6 +493,37 @@ mod tests {
             let (got_passed, got_data) = run(server.clone(), piece, true).await;
             assert_eq!(got_passed, passed, "piece {piece}");
             assert_eq!(got_data, data, "piece {piece}");
+        }
+    }
+
+    #[tokio::test]
+    async fn chunks_end_where_messages_end() {
+        // Rows of many sizes, some larger than a read, enough for several chunks.
+        let rows: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| {
+                vec![i as u8; (i as usize * 37) % 700 + if i % 500 == 7 { 300_000 } else { 0 }]
+            })
+            .collect();
+        let row_refs: Vec<&[u8]> = rows.iter().map(Vec::as_slice).collect();
+        let (server, _, data) = copy_session(&row_refs);
+        let mut ends = std::collections::HashSet::new();
+        let mut at = 0;
+        for row in &rows {
+            at += row.len();
+            ends.insert(at);
+        }
+        for piece in [1, 3, 7, 4096, 100_000, 1 << 20] {
+            let (_, chunks) = run_chunks(server.clone(), piece, true).await;
+            assert!(chunks.len() > 1, "piece {piece}");
+            let mut at = 0;
+            for chunk in &chunks {
+                at += chunk.len();
+                assert!(
+                    ends.contains(&at),
+                    "piece {piece}: a chunk ends mid-row at {at}"
+                );
+            }
+            assert_eq!(chunks.concat(), data, "piece {piece}");
         }
     }
 
