@@ -254,6 +254,34 @@ def test_explain_analyze_shows_what_the_scan_read_and_returned():
     assert 10 <= int(metrics["output_rows"]) <= 10 * partitions
 
 
+def test_a_selective_filter_yields_few_batches_with_every_row():
+    # 1M rows in morsels of 100K: each morsel keeps 100 rows, which the scan joins into
+    # batches of up to the batch size instead of yielding one small batch per morsel.
+    rows = 1_000_000
+    df = pd.DataFrame(
+        {"a": np.arange(rows, dtype=np.int64), "s": [f"v{i % 7}" for i in range(rows)]}
+    )
+    sql = "SELECT a, s FROM df WHERE a % 1000 = 0"
+    plan = "\n".join(row[-1] for row in quiver.sql("EXPLAIN ANALYZE " + sql).fetchall())
+    metrics = _scan_metrics(plan)
+    partitions = int(plan.split("partitions=", 1)[1].split(",", 1)[0])
+    assert metrics["output_rows"] == "1.00 K"
+    assert int(metrics["output_batches"]) <= partitions
+    got = quiver.sql(sql).df().sort_values("a").reset_index(drop=True)
+    expected = df[df["a"] % 1000 == 0].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    # Counting only (no column), and under a LIMIT, the rows are the same.
+    assert quiver.sql("SELECT count(*) FROM df WHERE a % 1000 = 0").fetchone() == (1000,)
+    limited = quiver.sql("SELECT a FROM df WHERE a % 1000 = 0 LIMIT 150").fetchnumpy()["a"]
+    assert len(limited) == 150 and (limited % 1000 == 0).all()
+    # Batches past the batch size pass as they are, after the small ones before them.
+    wide = "SELECT a FROM df WHERE a % 1000 = 0 OR a >= 900000"
+    assert quiver.sql(f"SELECT count(*), sum(a) FROM ({wide})").fetchone() == (
+        900 + 100_000,
+        sum(range(0, 900_000, 1000)) + sum(range(900_000, rows)),
+    )
+
+
 def test_and_chain_reads_later_columns_for_passing_rows_with_their_nulls():
     # A selective first conjunct, then conjuncts on columns whose NULLs are NaT, NaN or a
     # pandas mask: those columns are read only for the rows still passing, and must keep
