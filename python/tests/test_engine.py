@@ -225,6 +225,14 @@ def test_string_equality_over_views_matches_pandas(tmp_path):
                 assert where == (other,), (literal, source, column)
 
 
+def _analyzed(sql: str) -> str:
+    return "\n".join(row[-1] for row in quiver.sql("EXPLAIN ANALYZE " + sql).fetchall())
+
+
+def _scan_partitions(plan: str) -> int:
+    return int(plan.split("partitions=", 1)[1].split(",", 1)[0])
+
+
 def _scan_metrics(plan: str) -> dict[str, str]:
     line = next(line for line in plan.splitlines() if "PythonScan:" in line)
     listed = line.split("metrics=[", 1)[1].rsplit("]", 1)[0]
@@ -234,10 +242,7 @@ def _scan_metrics(plan: str) -> dict[str, str]:
 def test_explain_analyze_shows_what_the_scan_read_and_returned():
     df = _frame()
     kept = int((df["a"] < 100).sum())
-    plan = "\n".join(
-        row[-1]
-        for row in quiver.sql("EXPLAIN ANALYZE SELECT sum(f) FROM df WHERE a < 100").fetchall()
-    )
+    plan = _analyzed("SELECT sum(f) FROM df WHERE a < 100")
     metrics = _scan_metrics(plan)
     assert metrics["output_rows"] == f"{kept / 1000:.2f} K"
     assert metrics["rows_read"] == f"{len(df) / 1000:.1f} K"
@@ -245,12 +250,10 @@ def test_explain_analyze_shows_what_the_scan_read_and_returned():
     # Without a filter every row read is returned; under a LIMIT the scan stops early: each
     # of its partitions after at most 10 rows (the one that finishes second may be stopped
     # before it starts).
-    plan = "\n".join(
-        row[-1] for row in quiver.sql("EXPLAIN ANALYZE SELECT a FROM df LIMIT 10").fetchall()
-    )
+    plan = _analyzed("SELECT a FROM df LIMIT 10")
     metrics = _scan_metrics(plan)
     assert metrics["rows_read"] == metrics["output_rows"]
-    partitions = int(plan.split("partitions=", 1)[1].split(",", 1)[0])
+    partitions = _scan_partitions(plan)
     assert 10 <= int(metrics["output_rows"]) <= 10 * partitions
 
 
@@ -262,9 +265,9 @@ def test_a_selective_filter_yields_few_batches_with_every_row():
         {"a": np.arange(rows, dtype=np.int64), "s": [f"v{i % 7}" for i in range(rows)]}
     )
     sql = "SELECT a, s FROM df WHERE a % 1000 = 0"
-    plan = "\n".join(row[-1] for row in quiver.sql("EXPLAIN ANALYZE " + sql).fetchall())
+    plan = _analyzed(sql)
     metrics = _scan_metrics(plan)
-    partitions = int(plan.split("partitions=", 1)[1].split(",", 1)[0])
+    partitions = _scan_partitions(plan)
     assert metrics["output_rows"] == "1.00 K"
     assert int(metrics["output_batches"]) <= partitions
     got = quiver.sql(sql).df().sort_values("a").reset_index(drop=True)

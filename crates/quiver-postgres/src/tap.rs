@@ -13,8 +13,9 @@
 //! self-delimiting, so the parser needs no message boundaries — and every other message
 //! passes through untouched. A chunk ends where a `CopyData` message ends (unless the socket
 //! closes mid-message): Postgres sends one row per message, so a chunk holds whole rows and
-//! the reader decodes it where it lies, instead of copying a split row's two halves together. tokio-postgres so sees an empty COPY (`CopyOutResponse`,
-//! `CopyDone`, `CommandComplete`) and keeps doing everything else: the start, errors,
+//! the reader decodes it where it lies, instead of copying a split row's two halves
+//! together. tokio-postgres so sees an empty COPY (`CopyOutResponse`, `CopyDone`,
+//! `CommandComplete`) and keeps doing everything else: the start, errors,
 //! `ReadyForQuery`. A chunk is queued before the message that follows it is passed on, so when
 //! the copy stream ends every byte is already in the tap. The tap holds at most about 8 MiB;
 //! beyond that the stream stops reading the socket until the reader catches up.

@@ -1254,6 +1254,10 @@ fn measured(
 /// a partition yields crosses to another thread (the partitions' merge): ClickBench's Q19
 /// (`WHERE UserID = …`, 29,000 of 5M rows) yielded 75 batches of 400 rows, and the wake-ups
 /// took more CPU than the comparisons.
+///
+/// Not Arrow's `BatchCoalescer`: it copies every row into batches of exactly `target` rows,
+/// so a large batch arriving after a few small ones would be cut up and copied whole, where
+/// here it passes untouched (and the small ones' string views keep their buffers).
 fn coalesced(
     mut batches: impl Iterator<Item = DFResult<RecordBatch>>,
     schema: SchemaRef,
