@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use datafusion::common::runtime::SpawnedTask;
 use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
 use tokio_postgres::{Client, Config, Statement};
@@ -110,9 +109,10 @@ impl IdleConnections {
 /// previous calls with the same string left (DuckDB's scanner keeps such a cache too).
 static SHARED: Mutex<Vec<SharedTarget>> = Mutex::new(Vec::new());
 
-/// The runtime every connection's I/O runs on. It outlives the runtimes queries run on (a
-/// table function's lookup runs on a runtime of its own, tests each have one), so a connection
-/// kept for later is never tied to one that has ended.
+/// The runtime for the Postgres work not tied to one connection: a table function's lookup,
+/// handing out connections, ending transactions, cancel requests (a connection's own I/O runs
+/// on its thread, see [`ConnectTarget::connect`]). It outlives the runtimes queries run on (a
+/// table function's lookup runs on a runtime of its own, tests each have one).
 pub(crate) fn io_runtime() -> Result<&'static tokio::runtime::Handle> {
     static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
         OnceLock::new();
@@ -422,33 +422,42 @@ impl ConnectTarget {
         }
     }
 
-    /// Connects; the connection's I/O runs as a task on [`io_runtime`] and ends
-    /// when the returned client is dropped. Over TCP, TLS is used as `sslmode` says: `allow`
-    /// tries a plain connection first and TLS when it fails, `prefer` falls back to a plain
-    /// connection when the TLS handshake fails.
+    /// Connects. Each connection has a thread of its own, where its socket is read and
+    /// written and where a scan decodes what it reads ([`PgConnection::home`]); the thread
+    /// ends when the returned client is dropped. Over TCP, TLS is used as `sslmode` says:
+    /// `allow` tries a plain connection first and TLS when it fails, `prefer` falls back to a
+    /// plain connection when the TLS handshake fails.
     ///
-    /// The socket is opened on [`io_runtime`] too, not on the caller's runtime: a tokio socket
-    /// belongs to the reactor of the runtime that opened it and breaks when that runtime ends,
-    /// and a kept connection outlives the query (and the runtime) that opened it.
+    /// A thread per connection, not a shared pool of I/O threads: a COPY stream wakes its
+    /// reader for every few kilobytes, and on a shared pool each wake-up could land on another
+    /// core (a `lineitem` scan over two connections on two cores: ~70,000 migrations). The
+    /// socket is opened on that thread too: a tokio socket belongs to the reactor of the
+    /// runtime that opened it, and a kept connection outlives the query that opened it.
     pub async fn connect(&self) -> Result<PgConnection> {
-        let io = io_runtime()?;
-        let target = self.clone();
-        // Dropping the caller's future (Ctrl-C) abandons the login: the task is aborted.
-        let login = {
-            let _io = io.enter();
-            SpawnedTask::spawn(async move { target.connect_here(io).await })
+        let failed = |message: String| PostgresError::Connect {
+            target: self.describe(),
+            message,
         };
-        match login.join().await {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| failed(format!("starting the connection's thread: {e}")))?;
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let target = self.clone();
+        std::thread::Builder::new()
+            .name("quiver-postgres".into())
+            .spawn(move || connection_thread(runtime, target, sender))
+            .map_err(|e| failed(format!("starting the connection's thread: {e}")))?;
+        // Dropping this future (Ctrl-C) drops the receiver, which abandons the login.
+        match receiver.await {
             Ok(outcome) => outcome,
-            Err(error) => Err(PostgresError::Connect {
-                target: self.describe(),
-                message: format!("the login task failed: {error}"),
-            }),
+            Err(_) => Err(failed("the login ended without an answer".into())),
         }
     }
 
-    /// [`Self::connect`], on the current runtime, which must be `io`.
-    async fn connect_here(&self, io: &tokio::runtime::Handle) -> Result<PgConnection> {
+    /// [`Self::connect`], on the current runtime, which must be `home`'s: the connection and
+    /// the future that runs its I/O, which the caller must drive.
+    async fn connect_here(&self, home: &tokio::runtime::Handle) -> Result<(PgConnection, IoTask)> {
         let connect_error = |message: String| PostgresError::Connect {
             target: self.describe(),
             message,
@@ -458,7 +467,7 @@ impl ConnectTarget {
             Endpoint::Unix(_) => SslMode::Disable,
             Endpoint::Tcp(..) => self.tls.mode,
         };
-        let login = |socket, endpoint, host, ssl| self.login(io, socket, endpoint, host, ssl);
+        let login = |socket, endpoint, host, ssl| self.login(home, socket, endpoint, host, ssl);
         let outcome = match mode {
             SslMode::Disable => login(socket, endpoint, host, PgSsl::Disable).await,
             SslMode::Allow => match login(socket, endpoint, host, PgSsl::Disable).await {
@@ -527,16 +536,16 @@ impl ConnectTarget {
         Ok((connection, value?))
     }
 
-    /// Logs in over `socket` (to the host at `position` in the list), with TLS as `ssl` says;
-    /// the connection's I/O runs on `io`.
+    /// Logs in over `socket` (to the host at `position` in the list), with TLS as `ssl` says:
+    /// the connection, whose home is `home`, and the future that runs its I/O.
     async fn login(
         &self,
-        io: &tokio::runtime::Handle,
+        home: &tokio::runtime::Handle,
         socket: Socket,
         endpoint: Endpoint,
         position: usize,
         ssl: PgSsl,
-    ) -> std::result::Result<PgConnection, tokio_postgres::Error> {
+    ) -> std::result::Result<(PgConnection, IoTask), tokio_postgres::Error> {
         let host = match &endpoint {
             Endpoint::Tcp(host, _) => host.as_str(),
             Endpoint::Unix(_) => "",
@@ -554,18 +563,20 @@ impl ConnectTarget {
             )
             .await?;
         tap.start_framing();
-        io.spawn(async move {
+        let io: IoTask = Box::pin(async move {
             // Errors reach the client's pending calls; nothing to do with them here.
             let _ = connection.await;
         });
-        Ok(PgConnection {
+        let connection = PgConnection {
             client,
             tap,
             tls: self.tls.clone(),
             endpoint,
+            home: home.clone(),
             statements: Mutex::default(),
             server_version: tokio::sync::OnceCell::new(),
-        })
+        };
+        Ok((connection, io))
     }
 
     /// The first host (in the order given) that accepts a connection, and its position.
@@ -597,6 +608,40 @@ impl ConnectTarget {
     }
 }
 
+/// The future that runs a connection's I/O, on the connection's thread.
+type IoTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The body of a connection's thread ([`ConnectTarget::connect`]): logs in, hands the
+/// connection to `sender`, and runs its I/O until the client is dropped or the server closes
+/// the connection. Tasks spawned on the thread's runtime ([`PgConnection::home`]) run beside
+/// the I/O; when it ends they are dropped, and their `JoinHandle`s report them cancelled.
+fn connection_thread(
+    runtime: tokio::runtime::Runtime,
+    target: ConnectTarget,
+    mut sender: tokio::sync::oneshot::Sender<Result<PgConnection>>,
+) {
+    let home = runtime.handle().clone();
+    runtime.block_on(async move {
+        let outcome = tokio::select! {
+            outcome = target.connect_here(&home) => outcome,
+            // The caller went away (Ctrl-C during the login): abandon it.
+            () = sender.closed() => return,
+        };
+        match outcome {
+            Ok((connection, io)) => {
+                // A caller gone in the meantime gets nothing: the connection is dropped here,
+                // which ends its I/O at once.
+                if sender.send(Ok(connection)).is_ok() {
+                    io.await;
+                }
+            }
+            Err(error) => {
+                let _ = sender.send(Err(error));
+            }
+        }
+    });
+}
+
 /// An open connection: the tokio-postgres client, the tap its COPY data can be read from, and
 /// where it goes (for cancel requests, which need a connection of their own).
 pub struct PgConnection {
@@ -606,6 +651,9 @@ pub struct PgConnection {
     /// it in the clear, and with it the key that lets anyone on the path cancel).
     tls: TlsSettings,
     endpoint: Endpoint,
+    /// The runtime of the connection's own thread, where its socket is polled: a scan reads
+    /// and decodes its COPY there, so a chunk wakes no other thread.
+    home: tokio::runtime::Handle,
     /// The catalog statements prepared on this connection, by their text: a kept connection
     /// asks its next query's catalog questions in one round trip instead of two.
     statements: Mutex<HashMap<&'static str, Statement>>,
@@ -622,6 +670,11 @@ impl std::fmt::Debug for PgConnection {
 impl PgConnection {
     pub fn tap(&self) -> &CopyTap {
         &self.tap
+    }
+
+    /// The runtime of the connection's thread (see [`ConnectTarget::connect`]).
+    pub fn home(&self) -> &tokio::runtime::Handle {
+        &self.home
     }
 
     /// Asks the server to cancel what this connection is running (best effort), encrypted as

@@ -57,7 +57,7 @@ use crate::copy_in::PostgresSink;
 use crate::decode::{BatchDecoder, ROWS_PER_PARSE};
 use crate::error::{PostgresError, Result};
 use crate::runtime_filter::superset_sql;
-use crate::snapshot::{snapshot_for_query, QueryKey, SnapshotPool};
+use crate::snapshot::{snapshot_for_query, PooledClient, QueryKey, SnapshotPool};
 use crate::sql::{filter_to_sql, quote_ident};
 use crate::types::{PgColumn, PgType};
 
@@ -1022,10 +1022,11 @@ impl ExecutionPlan for PostgresScanExec {
                     .await
                     .map_err(PostgresError::into_datafusion)
             };
-            // Reading and decoding run beside the connection's socket I/O, on its runtime: on
-            // another runtime every chunk wakes a thread across runtimes, and the I/O thread,
-            // idle between chunks, reads the socket in small pieces (a lineitem scan: 3.5 s of
-            // system time instead of 0.7). Only whole batches cross to the query's runtime.
+            // Reading and decoding run beside the connection's socket I/O, on its thread
+            // (`TaskReader::run`): on another thread every chunk wakes a thread across
+            // runtimes, and the I/O thread, idle between chunks, reads the socket in small
+            // pieces (a lineitem scan: 3.5 s of system time instead of 0.7). Handing out the
+            // connection runs on the connections' runtime, off the query's workers.
             match crate::connection::io_runtime() {
                 Ok(io) => builder.spawn_on(read, io),
                 Err(_) => builder.spawn(read),
@@ -1090,6 +1091,7 @@ fn shared_stream(
 
 /// The network half of the reader: runs COPY tasks on a pooled connection and hands the bytes
 /// to the pure parser ([`CopyParser`]) and decoder ([`BatchDecoder`]).
+#[derive(Clone)]
 struct TaskReader {
     pool: Arc<SnapshotPool>,
     plan: Arc<ScanPlan>,
@@ -1107,12 +1109,44 @@ enum Flow {
 type BatchSender = Sender<DFResult<arrow::record_batch::RecordBatch>>;
 
 impl TaskReader {
+    /// Reads `tasks` in turn on one connection of the pool, sending their batches to `tx`.
+    /// The reading and decoding run on the connection's own thread, beside its socket I/O
+    /// ([`crate::connection::PgConnection::home`]): a chunk that arrives wakes no other thread,
+    /// and only whole batches cross to the query's threads.
     async fn run(&self, tasks: Vec<String>, tx: BatchSender) -> Result<()> {
         if tasks.is_empty() {
             return Ok(());
         }
-        let mut connection = self.pool.acquire().await?;
-        for sql in &tasks {
+        let connection = self.pool.acquire().await?;
+        let home = connection.client()?.home().clone();
+        let reader = self.clone();
+        // Aborted when dropped: a cancelled query stops its reading (and, through the
+        // connection's guard, the server's COPY).
+        let read = {
+            let _home = home.enter();
+            SpawnedTask::spawn(async move { reader.read(connection, &tasks, tx).await })
+        };
+        match read.join().await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(PostgresError::Server {
+                what: format!("reading {}", self.plan.source),
+                message: if error.is_cancelled() {
+                    "the connection closed during the read".into()
+                } else {
+                    format!("the read failed: {error}")
+                },
+            }),
+        }
+    }
+
+    /// [`Self::run`] on `connection`, on its thread.
+    async fn read(
+        &self,
+        mut connection: PooledClient,
+        tasks: &[String],
+        tx: BatchSender,
+    ) -> Result<()> {
+        for sql in tasks {
             connection.set_in_copy(true);
             let client = connection.client()?;
             let tap = client.tap().clone();

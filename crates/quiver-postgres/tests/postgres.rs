@@ -1269,6 +1269,43 @@ fn kept_connections_outlive_the_runtime_that_opened_them() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_connection_runs_on_a_thread_of_its_own_that_ends_with_it() {
+    let pg = require_cluster!();
+    let target = quiver_postgres::ConnectTarget::parse(&pg.dsn("shop")).unwrap();
+    let first = target.connect().await.unwrap();
+    let second = target.connect().await.unwrap();
+    let thread_of = |home: &tokio::runtime::Handle| {
+        home.spawn(async {
+            let thread = std::thread::current();
+            (thread.id(), thread.name().map(str::to_string))
+        })
+    };
+    let (first_thread, first_name) = thread_of(first.home()).await.unwrap();
+    let (second_thread, _) = thread_of(second.home()).await.unwrap();
+    assert_ne!(first_thread, second_thread);
+    assert_ne!(first_thread, std::thread::current().id());
+    assert_eq!(first_name.as_deref(), Some("quiver-postgres"));
+    // The connection works from any thread: its client talks to its own thread.
+    let one: i32 = first.query_one("SELECT 1", &[]).await.unwrap().get(0);
+    assert_eq!(one, 1);
+
+    // Dropping the connection ends its thread: its runtime then takes no more work.
+    let home = first.home().clone();
+    drop(first);
+    let mut ended = false;
+    for _ in 0..100 {
+        if thread_of(&home).await.is_err() {
+            ended = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ended, "the dropped connection's thread still runs");
+    let two: i32 = second.query_one("SELECT 2", &[]).await.unwrap().get(0);
+    assert_eq!(two, 2);
+}
+
 /// Runs `sql` the way a quiver session does: joins the server's planner expects to win are
 /// pushed into Postgres before DataFusion optimizes.
 async fn query_pushed(ctx: &SessionContext, sql: &str) -> Vec<RecordBatch> {
