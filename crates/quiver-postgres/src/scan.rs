@@ -59,6 +59,7 @@ use crate::error::{PostgresError, Result};
 use crate::runtime_filter::superset_sql;
 use crate::snapshot::{snapshot_for_query, PooledClient, QueryKey, SnapshotPool};
 use crate::sql::{filter_to_sql, quote_ident};
+use crate::tap::Pacer;
 use crate::types::{PgColumn, PgType};
 
 /// Default pages per ctid task (DuckDB's choice: about 8 MB of heap per task).
@@ -1161,6 +1162,7 @@ impl TaskReader {
                     .map_err(|e| self.conversion(0, e.to_string()))?;
             let mut pending = BytesMut::new();
             let mut spans = Vec::new();
+            let mut pacer = Pacer::default();
             // The data arrives through the tap (see `crate::tap`); the copy stream itself
             // carries only the end or an error. Once it has ended, everything is in the tap.
             let mut ended = false;
@@ -1212,6 +1214,9 @@ impl TaskReader {
                 };
                 if let Flow::Stop = flow {
                     return Ok(());
+                }
+                if !ended {
+                    pacer.pace(chunk.len());
                 }
             }
             parser
