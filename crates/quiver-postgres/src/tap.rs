@@ -190,7 +190,7 @@ impl CopyTap {
 /// caught up with the socket), the reader sleeps [`Pacer::NAP`] before reading on: the server
 /// keeps writing into the socket's buffer meanwhile (at ~170 MB/s per stream, 0.5 ms is ~85 KB,
 /// well within a Unix socket's or a TCP window's buffer), and the next read takes it all at
-/// once. Measured: wake-ups per scan −80%, the client's CPU −20%.
+/// once. Measured on a `lineitem` scan: context switches −75%, the client's CPU −10 to −20%.
 ///
 /// The sleep blocks the thread, and that is the point: a connection's reader runs on the
 /// connection's own thread ([`crate::connection::PgConnection::home`]), beside nothing but
