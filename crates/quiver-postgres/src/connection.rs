@@ -434,34 +434,38 @@ impl ConnectTarget {
     /// socket is opened on that thread too: a tokio socket belongs to the reactor of the
     /// runtime that opened it, and a kept connection outlives the query that opened it.
     pub async fn connect(&self) -> Result<PgConnection> {
-        let failed = |message: String| PostgresError::Connect {
-            target: self.describe(),
-            message,
+        let not_started = |e: std::io::Error| {
+            self.connect_error(format!("starting the connection's thread: {e}"))
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| failed(format!("starting the connection's thread: {e}")))?;
+            .map_err(not_started)?;
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let target = self.clone();
         std::thread::Builder::new()
             .name("quiver-postgres".into())
             .spawn(move || connection_thread(runtime, target, sender))
-            .map_err(|e| failed(format!("starting the connection's thread: {e}")))?;
+            .map_err(not_started)?;
         // Dropping this future (Ctrl-C) drops the receiver, which abandons the login.
         match receiver.await {
             Ok(outcome) => outcome,
-            Err(_) => Err(failed("the login ended without an answer".into())),
+            Err(_) => Err(self.connect_error("the login ended without an answer".into())),
+        }
+    }
+
+    /// A failure to connect to this target, with `message` saying why.
+    fn connect_error(&self, message: String) -> PostgresError {
+        PostgresError::Connect {
+            target: self.describe(),
+            message,
         }
     }
 
     /// [`Self::connect`], on the current runtime, which must be `home`'s: the connection and
     /// the future that runs its I/O, which the caller must drive.
     async fn connect_here(&self, home: &tokio::runtime::Handle) -> Result<(PgConnection, IoTask)> {
-        let connect_error = |message: String| PostgresError::Connect {
-            target: self.describe(),
-            message,
-        };
+        let connect_error = |message| self.connect_error(message);
         let (socket, endpoint, host) = self.open_socket().await.map_err(connect_error)?;
         let mode = match &endpoint {
             Endpoint::Unix(_) => SslMode::Disable,

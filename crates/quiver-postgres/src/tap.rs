@@ -465,25 +465,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TapStream<S> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_copy_pauses_only_when_streaming_and_caught_up() {
-        let mut pacer = Pacer::default();
-        // A small result, read in small chunks: never.
-        for _ in 0..100 {
-            assert!(!pacer.after_chunk(8 * 1024));
-        }
-        // Full chunks: the reader is behind the server, never.
-        let mut pacer = Pacer::default();
-        for _ in 0..100 {
-            assert!(!pacer.after_chunk(CHUNK));
-        }
-        // Once past the first MiB, a small chunk pauses and a full one does not.
-        assert!(pacer.after_chunk(9 * 1024));
-        assert!(!pacer.after_chunk(CHUNK));
-        assert!(!pacer.after_chunk(Pacer::SMALL));
-        assert!(pacer.after_chunk(Pacer::SMALL - 1));
-    }
-
     use super::*;
     use tokio::io::AsyncReadExt;
 
@@ -559,6 +540,25 @@ mod tests {
             assert_eq!(got_passed, passed, "piece {piece}");
             assert_eq!(got_data, data, "piece {piece}");
         }
+    }
+
+    #[test]
+    fn a_copy_pauses_only_when_streaming_and_caught_up() {
+        let mut pacer = Pacer::default();
+        // A small result, read in small chunks: never.
+        for _ in 0..100 {
+            assert!(!pacer.after_chunk(8 * 1024));
+        }
+        // Full chunks: the reader is behind the server, never.
+        let mut pacer = Pacer::default();
+        for _ in 0..100 {
+            assert!(!pacer.after_chunk(CHUNK));
+        }
+        // Once past the first MiB, a small chunk pauses and a full one does not.
+        assert!(pacer.after_chunk(9 * 1024));
+        assert!(!pacer.after_chunk(CHUNK));
+        assert!(!pacer.after_chunk(Pacer::SMALL));
+        assert!(pacer.after_chunk(Pacer::SMALL - 1));
     }
 
     #[tokio::test]
