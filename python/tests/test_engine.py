@@ -1,5 +1,6 @@
 """Zero-copy, the GIL, threads, Ctrl-C, errors and import cost."""
 
+import sys
 import threading
 import time
 
@@ -158,6 +159,24 @@ def test_import_does_not_import_dataframe_libraries():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_the_allocator_asks_for_no_transparent_huge_pages():
+    # A huge page is zeroed whole on first touch and may make the fault compact memory first;
+    # quiver's allocator must not madvise(MADV_HUGEPAGE), mimalloc's default. Checked in a
+    # fresh interpreter, where nothing else (NumPy madvises its large arrays) has asked.
+    result = run_python(
+        """
+        import quiver
+        quiver.sql("SELECT count(DISTINCT number) FROM numbers(3000000)").fetchall()
+        flags = [line.split()[1:] for line in open("/proc/self/smaps") if line.startswith("VmFlags:")]
+        print(len(flags), sum("hg" in f for f in flags))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    mappings, huge = map(int, result.stdout.split())
+    assert mappings > 0 and huge == 0
 
 
 # --- filters evaluated inside the scan ----------------------------------------------------
