@@ -11,7 +11,9 @@
 //!
 //! The root certificates come from `sslrootcert` (or `PGSSLROOTCERT`), else
 //! `~/.postgresql/root.crt`; `sslrootcert=system` takes the operating system's and makes
-//! `verify-full` the default, a weaker mode being an error (libpq 16's rule). A client
+//! `verify-full` the default, a weaker mode being an error (libpq 16's rule). The system's store
+//! is read once per process, when first found non-empty (reading it takes milliseconds, and a
+//! connection string is parsed per query); a missing one is looked for again. A client
 //! certificate comes from `sslcert` / `sslkey` (`PGSSLCERT` / `PGSSLKEY`), else
 //! `~/.postgresql/postgresql.crt` and `postgresql.key` when present; as in libpq, the key file
 //! may not be readable by group or others (a root-owned one by others). Unix sockets never use
@@ -46,7 +48,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -208,7 +210,7 @@ impl TlsSettings {
             Some(system_roots()?)
         } else {
             match root {
-                Some(path) if path.exists() => Some(read_roots(&path)?),
+                Some(path) if path.exists() => Some(Arc::new(read_roots(&path)?)),
                 Some(path) if mode.verifies() => {
                     return Err(tls_error(format!(
                         "root certificate file \"{}\" does not exist; either provide the file, \
@@ -231,7 +233,7 @@ impl TlsSettings {
             Some(roots) => {
                 let crls = read_crls(crl_file.or(default_crl), crl_dir)?;
                 let mut builder =
-                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+                    WebPkiServerVerifier::builder_with_provider(roots, provider.clone());
                 if !crls.is_empty() {
                     builder = builder.with_crls(crls).enforce_revocation_expiration();
                 }
@@ -358,7 +360,12 @@ fn read_crls(
     Ok(crls)
 }
 
-fn system_roots() -> Result<RootCertStore> {
+/// The operating system's trusted roots, read on the first call that finds some.
+fn system_roots() -> Result<Arc<RootCertStore>> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    if let Some(roots) = ROOTS.get() {
+        return Ok(Arc::clone(roots));
+    }
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
     roots.add_parsable_certificates(found.certs);
@@ -372,7 +379,7 @@ fn system_roots() -> Result<RootCertStore> {
             "sslrootcert=system, but no trusted root certificate was found on this system{why}"
         )));
     }
-    Ok(roots)
+    Ok(Arc::clone(ROOTS.get_or_init(|| Arc::new(roots))))
 }
 
 /// The private key at `path`, refused (as libpq refuses it) when group or others may read it;
@@ -779,6 +786,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("\"maybe\" is not one of"), "{error}");
+    }
+
+    #[test]
+    fn the_system_roots_are_read_once_found() {
+        match (system_roots(), system_roots()) {
+            (Ok(first), Ok(second)) => assert!(Arc::ptr_eq(&first, &second)),
+            // A system without roots: each call looks again, and says so alike.
+            (Err(first), Err(second)) => assert_eq!(first.to_string(), second.to_string()),
+            (first, second) => panic!("{:?} then {:?}", first.is_ok(), second.is_ok()),
+        }
     }
 
     #[test]
