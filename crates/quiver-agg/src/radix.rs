@@ -9,7 +9,8 @@
 //!
 //! **Phase 1, per input partition.** Rows are aggregated as DataFusion's partial aggregate
 //! would, into one table (`GroupValues` and `GroupsAccumulator`s). When that table passes
-//! [`SWITCH_GROUPS`] groups, the partition stops adding to it; from then on rows are only
+//! [`SWITCH_GROUPS`] groups (and, for long string keys, has not halved the rows it took:
+//! see `MAX_KEY_BYTES`), the partition stops adding to it; from then on rows are only
 //! *partitioned*: their keys and aggregate arguments are gathered, a few hundred thousand
 //! rows at a time, into runs ordered by one of [`BUCKETS`] hash buckets (the hash's top bits,
 //! with a seed unlike the tables' own). At the end the table's groups are emitted as partial
@@ -76,9 +77,12 @@ pub const TASK_ROWS: usize = 128 * 1024;
 const MIN_TASK_ROWS: usize = 2048;
 
 /// A string or binary key longer than this on average (bytes) keeps a partition in its one
-/// table: partitioning would hash and move every key's bytes once more, and the table's
-/// own cost is in those bytes more than in its cache misses. (12 is what a string view
-/// holds inline.)
+/// table while the table halves the rows at least: partitioning would hash and move every
+/// key's bytes once more, and the table's own cost is in those bytes more than in its cache
+/// misses. (12 is what a string view holds inline.) A table that does not halve them gains
+/// nothing: its groups are bucketed and aggregated again in phase 2 all the same, so the
+/// partition switches whatever its keys (ClickBench Q39: five keys, two of them URLs, 543K
+/// rows into 361K groups).
 const MAX_KEY_BYTES: usize = 12;
 
 /// The bucket hash: a seed unlike DataFusion's tables', so the top bits a bucket shares do not
@@ -388,6 +392,8 @@ async fn partition_input(
     let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
     let (mut values, mut accumulators) = (spec.group_values()?, spec.accumulators()?);
     let mut switched = false;
+    // Rows aggregated into the table so far.
+    let mut tabled = 0;
     let mut groups = Vec::new();
     let mut pending = Pending {
         batches: Vec::new(),
@@ -415,7 +421,9 @@ async fn partition_input(
                 let filter = inputs.filter.map(|f| columns[f].as_boolean());
                 accumulator.update_batch(&arguments, &groups, filter, total)?;
             }
-            switched = total > SWITCH_GROUPS && short_keys(&columns[..spec.keys.len()]);
+            tabled += rows;
+            switched = total > SWITCH_GROUPS
+                && (2 * total > tabled || short_keys(&columns[..spec.keys.len()]));
             if switched {
                 metrics.partitions_switched.add(1);
             }

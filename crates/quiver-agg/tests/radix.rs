@@ -223,3 +223,86 @@ async fn explain_analyze_shows_what_the_run_did() {
     assert!(counter("bucket_tasks").expect("bucket_tasks") >= 1);
     assert!(metrics.elapsed_compute().expect("elapsed_compute") > 0);
 }
+
+/// Three partitions of `rows` rows each of one 40-byte string key drawn from `0..keys`.
+fn long_keys(rows: usize, keys: u64) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
+    let schema = Arc::new(Schema::new(vec![Field::new("u", DataType::Utf8, false)]));
+    let mut rng = StdRng::seed_from_u64(11);
+    let partitions = (0..3)
+        .map(|_| {
+            (0..rows.div_ceil(8192))
+                .map(|_| {
+                    let u: StringArray = (0..8192)
+                        .map(|_| {
+                            Some(format!(
+                                "https://example.com/{:020}",
+                                rng.random_range(0..keys)
+                            ))
+                        })
+                        .collect();
+                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(u) as ArrayRef])
+                        .expect("batch")
+                })
+                .collect()
+        })
+        .collect();
+    (schema, partitions)
+}
+
+/// How many input partitions of `GROUP BY u` over `partitions` switched to buckets, and how
+/// many there were, after checking the result against DataFusion's.
+async fn switched_with_long_keys(
+    schema: Arc<Schema>,
+    partitions: Vec<Vec<RecordBatch>>,
+) -> (usize, usize) {
+    let sql = "SELECT u, count(*) AS c FROM t GROUP BY u ORDER BY u";
+    let mut results = Vec::new();
+    let (mut switched, mut inputs) = (0, 0);
+    for radix in [false, true] {
+        let mut builder = SessionStateBuilder::new()
+            .with_config(SessionConfig::new().with_target_partitions(4))
+            .with_default_features();
+        if radix {
+            builder = builder.with_physical_optimizer_rule(Arc::new(RadixAggregateRule));
+        }
+        let ctx = SessionContext::new_with_state(builder.build());
+        let table = MemTable::try_new(Arc::clone(&schema), partitions.clone()).expect("table");
+        ctx.register_table("t", Arc::new(table)).expect("register");
+        let plan = ctx
+            .sql(sql)
+            .await
+            .expect("plan")
+            .create_physical_plan()
+            .await
+            .expect("physical plan");
+        let batches = collect(Arc::clone(&plan), ctx.task_ctx())
+            .await
+            .expect("run");
+        results.push(pretty_format_batches(&batches).expect("format").to_string());
+        if radix {
+            let node = find(&plan, "RadixAggregateExec").expect("the radix operator");
+            let metrics = node.metrics().expect("metrics");
+            switched = metrics
+                .sum_by_name("partitions_switched")
+                .map_or(0, |v| v.as_usize());
+            inputs = node.children()[0].output_partitioning().partition_count();
+        }
+    }
+    assert_eq!(results[0], results[1], "radix and hash aggregation differ");
+    (switched, inputs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_keys_switch_only_when_the_table_does_not_halve_the_rows() {
+    // Nearly every row a new key: the table reduces nothing, every partition switches.
+    let rows = 3 * SWITCH_GROUPS;
+    let (schema, data) = long_keys(rows, 100 * rows as u64);
+    let (switched, inputs) = switched_with_long_keys(schema, data).await;
+    assert_eq!(switched, inputs);
+    // 1.1 x SWITCH_GROUPS keys, 147K-196K rows per input partition (3 or 4 of them): a table
+    // passes SWITCH_GROUPS groups after ~87K rows (2.4 rows a key), and keeps halving them.
+    let (schema, data) = long_keys(6 * SWITCH_GROUPS, SWITCH_GROUPS as u64 * 11 / 10);
+    let (switched, inputs) = switched_with_long_keys(schema, data).await;
+    assert!(inputs >= 3);
+    assert_eq!(switched, 0);
+}
