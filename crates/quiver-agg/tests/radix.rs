@@ -62,6 +62,16 @@ fn batch(rng: &mut StdRng, rows: usize, keys: i64, null_rate: f64) -> RecordBatc
 }
 
 fn context(partitions: &[Vec<RecordBatch>], radix: bool, memory: Option<usize>) -> SessionContext {
+    context_over(schema(), partitions, radix, memory)
+}
+
+/// A session, with the radix rule or without, whose table `t` is `partitions` of `schema`.
+fn context_over(
+    schema: Arc<Schema>,
+    partitions: &[Vec<RecordBatch>],
+    radix: bool,
+    memory: Option<usize>,
+) -> SessionContext {
     let mut builder = SessionStateBuilder::new()
         .with_config(SessionConfig::new().with_target_partitions(4))
         .with_default_features();
@@ -76,9 +86,27 @@ fn context(partitions: &[Vec<RecordBatch>], radix: bool, memory: Option<usize>) 
         builder = builder.with_runtime_env(runtime);
     }
     let ctx = SessionContext::new_with_state(builder.build());
-    let table = MemTable::try_new(schema(), partitions.to_vec()).expect("table");
+    let table = MemTable::try_new(schema, partitions.to_vec()).expect("table");
     ctx.register_table("t", Arc::new(table)).expect("register");
     ctx
+}
+
+/// The physical plan of `sql` and what running it returned.
+async fn plan_and_run(
+    ctx: &SessionContext,
+    sql: &str,
+) -> (Arc<dyn ExecutionPlan>, Vec<RecordBatch>) {
+    let plan = ctx
+        .sql(sql)
+        .await
+        .expect("plan")
+        .create_physical_plan()
+        .await
+        .expect("physical plan");
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx())
+        .await
+        .expect("run");
+    (plan, batches)
 }
 
 async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
@@ -196,16 +224,7 @@ async fn explain_analyze_shows_what_the_run_did() {
     let data = partitions(5, 3 * SWITCH_GROUPS, keys, 0.0);
     let input_rows: usize = data.iter().flatten().map(RecordBatch::num_rows).sum();
     let ctx = context(&data, true, None);
-    let plan = ctx
-        .sql("SELECT k, count(*) FROM t GROUP BY k")
-        .await
-        .expect("plan")
-        .create_physical_plan()
-        .await
-        .expect("physical plan");
-    let batches = collect(Arc::clone(&plan), ctx.task_ctx())
-        .await
-        .expect("run");
+    let (plan, batches) = plan_and_run(&ctx, "SELECT k, count(*) FROM t GROUP BY k").await;
     let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let radix = find(&plan, "RadixAggregateExec").expect("the radix operator");
     let metrics = radix.metrics().expect("metrics");
@@ -253,31 +272,14 @@ fn long_keys(rows: usize, keys: u64) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
 /// many there were, after checking the result against DataFusion's.
 async fn switched_with_long_keys(
     schema: Arc<Schema>,
-    partitions: Vec<Vec<RecordBatch>>,
+    partitions: &[Vec<RecordBatch>],
 ) -> (usize, usize) {
     let sql = "SELECT u, count(*) AS c FROM t GROUP BY u ORDER BY u";
     let mut results = Vec::new();
     let (mut switched, mut inputs) = (0, 0);
     for radix in [false, true] {
-        let mut builder = SessionStateBuilder::new()
-            .with_config(SessionConfig::new().with_target_partitions(4))
-            .with_default_features();
-        if radix {
-            builder = builder.with_physical_optimizer_rule(Arc::new(RadixAggregateRule));
-        }
-        let ctx = SessionContext::new_with_state(builder.build());
-        let table = MemTable::try_new(Arc::clone(&schema), partitions.clone()).expect("table");
-        ctx.register_table("t", Arc::new(table)).expect("register");
-        let plan = ctx
-            .sql(sql)
-            .await
-            .expect("plan")
-            .create_physical_plan()
-            .await
-            .expect("physical plan");
-        let batches = collect(Arc::clone(&plan), ctx.task_ctx())
-            .await
-            .expect("run");
+        let ctx = context_over(Arc::clone(&schema), partitions, radix, None);
+        let (plan, batches) = plan_and_run(&ctx, sql).await;
         results.push(pretty_format_batches(&batches).expect("format").to_string());
         if radix {
             let node = find(&plan, "RadixAggregateExec").expect("the radix operator");
@@ -297,12 +299,12 @@ async fn long_keys_switch_only_when_the_table_does_not_halve_the_rows() {
     // Nearly every row a new key: the table reduces nothing, every partition switches.
     let rows = 3 * SWITCH_GROUPS;
     let (schema, data) = long_keys(rows, 100 * rows as u64);
-    let (switched, inputs) = switched_with_long_keys(schema, data).await;
+    let (switched, inputs) = switched_with_long_keys(schema, &data).await;
     assert_eq!(switched, inputs);
     // 1.1 x SWITCH_GROUPS keys, 147K-196K rows per input partition (3 or 4 of them): a table
     // passes SWITCH_GROUPS groups after ~87K rows (2.4 rows a key), and keeps halving them.
     let (schema, data) = long_keys(6 * SWITCH_GROUPS, SWITCH_GROUPS as u64 * 11 / 10);
-    let (switched, inputs) = switched_with_long_keys(schema, data).await;
+    let (switched, inputs) = switched_with_long_keys(schema, &data).await;
     assert!(inputs >= 3);
     assert_eq!(switched, 0);
 }
