@@ -20,13 +20,15 @@
 //!
 //! [`RadixAggregateRule`] takes the remaining hash GROUP BYs: [`RadixAggregateExec`]
 //! aggregates like DataFusion while the keys are few and splits them into hash buckets, each
-//! aggregated in cache, once they are many ([`radix`]).
+//! aggregated in cache, once they are many ([`radix`]). Its tables take several integer keys
+//! packed into one 64- or 128-bit word, hashed and compared as one number ([`packed`]).
 
 pub mod bounds;
 mod direct;
 pub mod exec;
 pub mod frozen_keys;
 mod key_loop;
+pub mod packed;
 pub mod radix;
 pub mod remainder;
 pub mod rule;

@@ -8,7 +8,8 @@
 //! the same, and only when the keys turn out to be many:
 //!
 //! **Phase 1, per input partition.** Rows are aggregated as DataFusion's partial aggregate
-//! would, into one table (`GroupValues` and `GroupsAccumulator`s). When that table passes
+//! would, into one table (`GroupValues` and `GroupsAccumulator`s; integer keys that fit in
+//! 128 bits are packed into one word first, [`crate::packed`]). When that table passes
 //! [`SWITCH_GROUPS`] groups (and, for long string keys, has not halved the rows it took:
 //! see `MAX_KEY_BYTES`), the partition stops adding to it; from then on rows are only
 //! *partitioned*: their keys and aggregate arguments are gathered, a few hundred thousand
@@ -56,6 +57,7 @@ use datafusion::physical_plan::{
 use futures::FutureExt;
 use futures::StreamExt;
 
+use crate::packed::{packed_group_values, packed_word_bits};
 use crate::shared_run::SharedRun;
 
 /// Groups one partition's table may hold before the partition switches to partitioning rows.
@@ -128,8 +130,13 @@ impl Spec {
             .collect()
     }
 
-    fn group_values(&self) -> Result<Box<dyn GroupValues>> {
-        new_group_values(Arc::clone(&self.key_schema), &GroupOrdering::None)
+    /// Packed integer keys where they fit in a word or two ([`crate::packed`]; room for
+    /// `groups` made at once), otherwise DataFusion's group values for the key types.
+    fn group_values(&self, groups: usize) -> Result<Box<dyn GroupValues>> {
+        match packed_group_values(&self.key_schema, groups) {
+            Some(values) => Ok(values),
+            None => new_group_values(Arc::clone(&self.key_schema), &GroupOrdering::None),
+        }
     }
 }
 
@@ -390,7 +397,7 @@ async fn partition_input(
     metrics: RunMetrics,
 ) -> Result<Partitioned> {
     let mut buckets: Vec<Vec<Slice>> = (0..BUCKETS).map(|_| Vec::new()).collect();
-    let (mut values, mut accumulators) = (spec.group_values()?, spec.accumulators()?);
+    let (mut values, mut accumulators) = (spec.group_values(0)?, spec.accumulators()?);
     let mut switched = false;
     // Rows aggregated into the table so far.
     let mut tabled = 0;
@@ -553,7 +560,10 @@ fn partition(
 
 /// Phase 2: aggregates whole buckets' slices into one table and evaluates it.
 fn aggregate_slices(spec: &Spec, slices: Vec<Slice>) -> Result<Option<RecordBatch>> {
-    let mut values = spec.group_values()?;
+    // Room for as many groups as rows (up to a task's worth): a task's keys are mostly new
+    // when it has many, and a table grown by doubling moves every entry again and again.
+    let rows: usize = slices.iter().map(Slice::rows).sum();
+    let mut values = spec.group_values(rows.min(TASK_ROWS))?;
     let mut accumulators = spec.accumulators()?;
     let mut groups = Vec::new();
     let keys = spec.keys.len();
@@ -603,7 +613,11 @@ impl DisplayAs for RadixAggregateExec {
             aggregates.join(", "),
             BUCKETS,
             SWITCH_GROUPS
-        )
+        )?;
+        match packed_word_bits(&self.spec.key_schema) {
+            Some(bits) => write!(f, ", packed_keys={bits}"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -128,7 +128,15 @@ const AGGREGATES: &[&str] = &[
      sum(f) FILTER (WHERE v > 0) AS sf, bool_or(b) AS any_b, min(s) AS first_s",
 ];
 
-const KEYS: &[&str] = &["k", "s", "k, s", "k % 1000, b"];
+/// The last two pack their integer keys into one word (`packed_keys=64`) and two (`=128`).
+const KEYS: &[&str] = &[
+    "k",
+    "s",
+    "k, s",
+    "k % 1000, b",
+    "CAST(k AS INT), CAST(v % 7 AS SMALLINT)",
+    "k, CAST(v % 100 AS TINYINT)",
+];
 
 async fn check(partitions: Vec<Vec<RecordBatch>>, what: &str) {
     let hash = context(&partitions, false, None);
@@ -141,6 +149,11 @@ async fn check(partitions: Vec<Vec<RecordBatch>>, what: &str) {
             assert!(
                 plan.contains("RadixAggregateExec"),
                 "{what}: GROUP BY {keys} kept DataFusion's aggregation:\n{plan}"
+            );
+            assert_eq!(
+                plan.contains("packed_keys="),
+                keys.contains("CAST"),
+                "{what}: GROUP BY {keys}:\n{plan}"
             );
             assert_eq!(actual, expected, "{what}: GROUP BY {keys} differs\n{plan}");
         }
