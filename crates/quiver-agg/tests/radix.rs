@@ -256,23 +256,20 @@ async fn explain_analyze_shows_what_the_run_did() {
     assert!(metrics.elapsed_compute().expect("elapsed_compute") > 0);
 }
 
-/// Three partitions of `rows` rows each of one 40-byte string key drawn from `0..keys`.
-fn long_keys(rows: usize, keys: u64) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
-    let schema = Arc::new(Schema::new(vec![Field::new("u", DataType::Utf8, false)]));
+/// Three partitions of about `rows` rows each, of one column `u`: batches of 8192 rows that
+/// `column` makes.
+fn partitions_of(
+    field: Field,
+    rows: usize,
+    mut column: impl FnMut(&mut StdRng) -> ArrayRef,
+) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
+    let schema = Arc::new(Schema::new(vec![field]));
     let mut rng = StdRng::seed_from_u64(11);
     let partitions = (0..3)
         .map(|_| {
             (0..rows.div_ceil(8192))
                 .map(|_| {
-                    let u: StringArray = (0..8192)
-                        .map(|_| {
-                            Some(format!(
-                                "https://example.com/{:020}",
-                                rng.random_range(0..keys)
-                            ))
-                        })
-                        .collect();
-                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(u) as ArrayRef])
+                    RecordBatch::try_new(Arc::clone(&schema), vec![column(&mut rng)])
                         .expect("batch")
                 })
                 .collect()
@@ -281,9 +278,61 @@ fn long_keys(rows: usize, keys: u64) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
     (schema, partitions)
 }
 
+/// One 40-byte string key drawn from `0..keys`.
+fn long_keys(rows: usize, keys: u64) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
+    partitions_of(Field::new("u", DataType::Utf8, false), rows, |rng| {
+        let u: StringArray = (0..8192)
+            .map(|_| {
+                Some(format!(
+                    "https://example.com/{:020}",
+                    rng.random_range(0..keys)
+                ))
+            })
+            .collect();
+        Arc::new(u)
+    })
+}
+
+/// One key, `hot` of the rows the empty string (or 0), the others drawn from `0..keys` (as
+/// strings of 1 to 6 digits, or integers).
+fn skewed_keys(
+    rows: usize,
+    keys: u64,
+    hot: f64,
+    strings: bool,
+) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
+    let data_type = if strings {
+        DataType::Utf8
+    } else {
+        DataType::Int64
+    };
+    partitions_of(Field::new("u", data_type, false), rows, |rng| {
+        let values: Vec<u64> = (0..8192)
+            .map(|_| {
+                if rng.random_bool(hot) {
+                    0
+                } else {
+                    1 + rng.random_range(0..keys)
+                }
+            })
+            .collect();
+        if strings {
+            let u: StringArray = values
+                .iter()
+                .map(|&v| Some(if v == 0 { String::new() } else { v.to_string() }))
+                .collect();
+            Arc::new(u)
+        } else {
+            Arc::new(Int64Array::from_iter_values(
+                values.iter().map(|&v| v as i64),
+            ))
+        }
+    })
+}
+
 /// How many input partitions of `GROUP BY u` over `partitions` switched to buckets, and how
 /// many there were, after checking the result against DataFusion's.
-async fn switched_with_long_keys(
+async fn switched_partitions(
     schema: Arc<Schema>,
     partitions: &[Vec<RecordBatch>],
 ) -> (usize, usize) {
@@ -312,12 +361,30 @@ async fn long_keys_switch_only_when_the_table_does_not_halve_the_rows() {
     // Nearly every row a new key: the table reduces nothing, every partition switches.
     let rows = 3 * SWITCH_GROUPS;
     let (schema, data) = long_keys(rows, 100 * rows as u64);
-    let (switched, inputs) = switched_with_long_keys(schema, &data).await;
+    let (switched, inputs) = switched_partitions(schema, &data).await;
     assert_eq!(switched, inputs);
     // 1.1 x SWITCH_GROUPS keys, 147K-196K rows per input partition (3 or 4 of them): a table
     // passes SWITCH_GROUPS groups after ~87K rows (2.4 rows a key), and keeps halving them.
     let (schema, data) = long_keys(6 * SWITCH_GROUPS, SWITCH_GROUPS as u64 * 11 / 10);
-    let (switched, inputs) = switched_with_long_keys(schema, &data).await;
+    let (switched, inputs) = switched_partitions(schema, &data).await;
     assert!(inputs >= 3);
     assert_eq!(switched, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_string_keys_stay_while_the_table_reduces_the_rows_eightfold() {
+    // 90% of the rows one key (ClickBench's empty SearchPhrase): a table passes SWITCH_GROUPS
+    // groups after ~370K rows, 11 rows a group, and keeps reducing them more than 8 times.
+    let (schema, data) = skewed_keys(600_000, 4 * SWITCH_GROUPS as u64, 0.9, true);
+    let (switched_inputs, inputs) = switched_partitions(schema, &data).await;
+    assert!(inputs >= 3);
+    assert_eq!(switched_inputs, 0);
+    // Half the rows one key: past SWITCH_GROUPS at ~2.3 rows a group, so it switches.
+    let (schema, data) = skewed_keys(200_000, 4 * SWITCH_GROUPS as u64, 0.5, true);
+    let (switched_inputs, inputs) = switched_partitions(schema, &data).await;
+    assert_eq!(switched_inputs, inputs);
+    // Integer keys are cheap to partition: they switch however much the table reduces them.
+    let (schema, data) = skewed_keys(600_000, 4 * SWITCH_GROUPS as u64, 0.9, false);
+    let (switched_inputs, inputs) = switched_partitions(schema, &data).await;
+    assert_eq!(switched_inputs, inputs);
 }
