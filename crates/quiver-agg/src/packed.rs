@@ -210,10 +210,10 @@ impl<W: Word> PackedGroupValues<W> {
             };
             let (offset, range) = (key.offset, data.offset()..data.offset() + rows);
             match key.width {
-                8 => place(&mut self.packed, &buffer.typed_data::<u8>()[range], offset),
-                16 => place(&mut self.packed, &buffer.typed_data::<u16>()[range], offset),
-                32 => place(&mut self.packed, &buffer.typed_data::<u32>()[range], offset),
-                64 => place(&mut self.packed, &buffer.typed_data::<u64>()[range], offset),
+                8 => place(&mut self.packed, native::<u8>(buffer, range)?, offset),
+                16 => place(&mut self.packed, native::<u16>(buffer, range)?, offset),
+                32 => place(&mut self.packed, native::<u32>(buffer, range)?, offset),
+                64 => place(&mut self.packed, native::<u64>(buffer, range)?, offset),
                 width => return internal_err!("packed GROUP BY: a {width}-bit key"),
             }
             if let Some(nulls) = column.nulls().filter(|n| n.null_count() > 0) {
@@ -233,6 +233,20 @@ impl<W: Word> PackedGroupValues<W> {
             }
         }
         Ok(())
+    }
+}
+
+/// The values `range` of a buffer of `T`s; an error, not a panic, if the buffer is not one.
+fn native<T: ArrowNativeType>(buffer: &Buffer, range: std::ops::Range<usize>) -> Result<&[T]> {
+    let bytes = buffer.as_slice();
+    if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0
+        || !bytes.len().is_multiple_of(size_of::<T>())
+    {
+        return internal_err!("packed GROUP BY: a key buffer not aligned to its type");
+    }
+    match buffer.typed_data::<T>().get(range) {
+        Some(values) => Ok(values),
+        None => internal_err!("packed GROUP BY: a key buffer shorter than its array"),
     }
 }
 

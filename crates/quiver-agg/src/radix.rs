@@ -8,15 +8,15 @@
 //! the same, and only when the keys turn out to be many:
 //!
 //! **Phase 1, per input partition.** Rows are aggregated as DataFusion's partial aggregate
-//! would, into one table (`GroupValues` and `GroupsAccumulator`s; integer keys that fit in
-//! 128 bits are packed into one word first, [`crate::packed`]). When that table passes
-//! [`SWITCH_GROUPS`] groups (and, for string keys, has not reduced the rows it took enough:
-//! see `MAX_KEY_BYTES` and `KEEP_REDUCTION`), the partition stops adding to it; from then on rows are only
-//! *partitioned*: their keys and aggregate arguments are gathered, a few hundred thousand
-//! rows at a time, into runs ordered by one of [`BUCKETS`] hash buckets (the hash's top bits,
-//! with a seed unlike the tables' own). At the end the table's groups are emitted as partial
-//! states and partitioned the same way. A query whose keys are few never leaves the table,
-//! and partitions only its few state rows.
+//! would, into one table (`GroupValues` and `GroupsAccumulator`s; two or more integer keys
+//! that fit in 128 bits are packed into one word first, [`crate::packed`]). When that table
+//! passes [`SWITCH_GROUPS`] groups (and, for string keys, has not reduced the rows it took
+//! enough: see `MAX_KEY_BYTES` and `KEEP_REDUCTION`), the partition stops adding to it; from
+//! then on rows are only *partitioned*: their keys and aggregate arguments are gathered, a few
+//! hundred thousand rows at a time, into runs ordered by one of [`BUCKETS`] hash buckets (the
+//! hash's top bits, with a seed unlike the tables' own). At the end the table's groups are
+//! emitted as partial states and partitioned the same way. A query whose keys are few never
+//! leaves the table, and partitions only its few state rows.
 //!
 //! **Phase 2.** Buckets are disjoint in their keys, so each is aggregated on its own, with no
 //! merge after: consecutive buckets are gathered into tasks of about [`TASK_ROWS`] rows and
