@@ -14,14 +14,15 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
-use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_plan::{collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiver_agg::SmallKeyAggregateRule;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{find, plan_and_run, run};
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -116,19 +117,6 @@ fn contexts(partitions: Vec<Vec<RecordBatch>>) -> (SessionContext, SessionContex
         ctx.register_table("t", Arc::new(table)).expect("register");
     }
     (hash, small)
-}
-
-async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
-    let frame = ctx.sql(sql).await.expect("plan");
-    let plan = frame
-        .clone()
-        .create_physical_plan()
-        .await
-        .expect("physical plan");
-    let plan_text = displayable(plan.as_ref()).indent(true).to_string();
-    let batches = frame.collect().await.expect("run");
-    let text = pretty_format_batches(&batches).expect("format").to_string();
-    (text, plan_text)
 }
 
 const AGGREGATES: &str = "count(*) AS c, count(v) AS cv, sum(v) AS s, min(v) AS lo, max(v) AS hi, \
@@ -409,27 +397,10 @@ async fn explain_analyze_shows_the_output_rows_and_time() {
         .map(|_| vec![batch(&mut rng, 5000, 0.1, false, false)])
         .collect();
     let (_, small) = contexts(partitions);
-    let plan = small
-        .sql("SELECT k8, count(*), sum(v) FROM t GROUP BY k8")
-        .await
-        .expect("plan")
-        .create_physical_plan()
-        .await
-        .expect("physical plan");
-    let batches = collect(Arc::clone(&plan), small.task_ctx())
-        .await
-        .expect("run");
+    let (plan, batches) =
+        plan_and_run(&small, "SELECT k8, count(*), sum(v) FROM t GROUP BY k8").await;
     let groups: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    let mut nodes = vec![Arc::clone(&plan)];
-    let mut found = None;
-    while let Some(node) = nodes.pop() {
-        if node.name() == "SmallKeyAggregateExec" {
-            found = Some(node);
-            break;
-        }
-        nodes.extend(node.children().into_iter().cloned());
-    }
-    let metrics = found
+    let metrics = find(&plan, "SmallKeyAggregateExec")
         .expect("the small-key operator")
         .metrics()
         .expect("metrics");

@@ -14,12 +14,15 @@ use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_plan::{collect, displayable, ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiver_agg::radix::SWITCH_GROUPS;
 use quiver_agg::RadixAggregateRule;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{find, plan_and_run, run};
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -89,37 +92,6 @@ fn context_over(
     let table = MemTable::try_new(schema, partitions.to_vec()).expect("table");
     ctx.register_table("t", Arc::new(table)).expect("register");
     ctx
-}
-
-/// The physical plan of `sql` and what running it returned.
-async fn plan_and_run(
-    ctx: &SessionContext,
-    sql: &str,
-) -> (Arc<dyn ExecutionPlan>, Vec<RecordBatch>) {
-    let plan = ctx
-        .sql(sql)
-        .await
-        .expect("plan")
-        .create_physical_plan()
-        .await
-        .expect("physical plan");
-    let batches = collect(Arc::clone(&plan), ctx.task_ctx())
-        .await
-        .expect("run");
-    (plan, batches)
-}
-
-async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
-    let frame = ctx.sql(sql).await.expect("plan");
-    let plan = frame
-        .clone()
-        .create_physical_plan()
-        .await
-        .expect("physical plan");
-    let plan_text = displayable(plan.as_ref()).indent(true).to_string();
-    let batches = frame.collect().await.expect("run");
-    let text = pretty_format_batches(&batches).expect("format").to_string();
-    (text, plan_text)
 }
 
 const AGGREGATES: &[&str] = &[
@@ -218,16 +190,6 @@ async fn a_memory_limit_too_small_for_the_buckets_fails_cleanly() {
         error.to_string().contains("Resources exhausted"),
         "unexpected error: {error}"
     );
-}
-
-/// The first node named `name` in `plan`, depth first.
-fn find(plan: &Arc<dyn ExecutionPlan>, name: &str) -> Option<Arc<dyn ExecutionPlan>> {
-    if plan.name() == name {
-        return Some(Arc::clone(plan));
-    }
-    plan.children()
-        .into_iter()
-        .find_map(|child| find(child, name))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
