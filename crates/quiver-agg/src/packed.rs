@@ -1,4 +1,4 @@
-//! [`packed_group_values`]: GROUP BY over several integer keys as one 64- or 128-bit key.
+//! [`PackedKeys`]: GROUP BY over several integer keys as one 64- or 128-bit key.
 //!
 //! DataFusion groups two or more columns with `GroupValuesColumn`: it hashes each column in
 //! turn, and on a hash match compares the row with the group column by column, reading every
@@ -25,21 +25,42 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 use hashbrown::hash_table::{Entry, HashTable};
 
-/// A [`GroupValues`] for the key schema, when its keys can be packed: two or more keys, every
-/// one an integer-like type of at most 64 bits, 128 bits at most in all (null bits included);
-/// with room for `capacity` groups before its table grows.
-pub fn packed_group_values(schema: &Schema, capacity: usize) -> Option<Box<dyn GroupValues>> {
-    let (keys, bits) = layout(schema)?;
-    Some(if bits <= 64 {
-        Box::new(PackedGroupValues::<u64>::new(keys, capacity))
-    } else {
-        Box::new(PackedGroupValues::<u128>::new(keys, capacity))
-    })
+/// How a key schema packs into one word, when it can: two or more keys, every one an
+/// integer-like type of at most 64 bits, 128 bits at most in all (null bits included).
+/// Computed once per plan; each table it makes copies it.
+#[derive(Debug, Clone)]
+pub struct PackedKeys {
+    keys: Vec<Key>,
+    /// Bits used, null bits included.
+    bits: u32,
 }
 
-/// The word [`packed_group_values`] packs the keys into, 64 or 128 bits, if it does.
-pub fn packed_word_bits(schema: &Schema) -> Option<u32> {
-    layout(schema).map(|(_, bits)| if bits <= 64 { 64 } else { 128 })
+impl PackedKeys {
+    /// The layout of `schema`'s keys, or `None` when they cannot be packed.
+    pub fn of(schema: &Schema) -> Option<PackedKeys> {
+        let (keys, bits) = layout(schema)?;
+        Some(PackedKeys { keys, bits })
+    }
+
+    /// The word the keys are packed into: 64 or 128 bits.
+    pub fn word_bits(&self) -> u32 {
+        if self.bits <= 64 {
+            64
+        } else {
+            128
+        }
+    }
+
+    /// A [`GroupValues`] over packed keys, with room for `capacity` groups before its table
+    /// grows.
+    pub fn group_values(&self, capacity: usize) -> Box<dyn GroupValues> {
+        let keys = self.keys.clone();
+        if self.bits <= 64 {
+            Box::new(PackedGroupValues::<u64>::new(keys, capacity))
+        } else {
+            Box::new(PackedGroupValues::<u128>::new(keys, capacity))
+        }
+    }
 }
 
 /// Where each key goes, and the bits used in all; `None` when the keys cannot be packed.
@@ -439,7 +460,9 @@ mod tests {
             })
             .collect();
         let schema = schema(&batches[0], nullable);
-        let mut packed = packed_group_values(&schema, 0).expect("these keys pack");
+        let mut packed = PackedKeys::of(&schema)
+            .expect("these keys pack")
+            .group_values(0);
         let mut reference =
             new_group_values(Arc::new(schema.clone()), &GroupOrdering::None).unwrap();
         let (mut ids, mut theirs) = (Vec::new(), Vec::new());
@@ -458,7 +481,7 @@ mod tests {
 
         // Emitting the first `n` groups emits those, and renumbers the rest from 0.
         let n = 5;
-        let mut first = packed_group_values(&schema, 0).unwrap();
+        let mut first = PackedKeys::of(&schema).unwrap().group_values(0);
         for columns in &batches {
             first.intern(columns, &mut ids).unwrap();
         }
@@ -511,23 +534,26 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             ),
         ]);
-        assert_eq!(packed_word_bits(&fits), Some(128)); // 16 + 64 + 2
+        assert_eq!(PackedKeys::of(&fits).map(|p| p.word_bits()), Some(128)); // 16 + 64 + 2
         let word = Schema::new(vec![
             field("a", DataType::Int16),
             field("b", DataType::Int32),
         ]);
-        assert_eq!(packed_word_bits(&word), Some(64));
+        assert_eq!(PackedKeys::of(&word).map(|p| p.word_bits()), Some(64));
         // Two 64-bit keys and their null bits: 130 bits.
         let wide = Schema::new(vec![
             field("a", DataType::Int64),
             field("b", DataType::UInt64),
         ]);
-        assert_eq!(packed_word_bits(&wide), None);
+        assert_eq!(PackedKeys::of(&wide).map(|p| p.word_bits()), None);
         let both_required = Schema::new(vec![
             Field::new("a", DataType::Int64, false),
             Field::new("b", DataType::UInt64, false),
         ]);
-        assert_eq!(packed_word_bits(&both_required), Some(128));
+        assert_eq!(
+            PackedKeys::of(&both_required).map(|p| p.word_bits()),
+            Some(128)
+        );
         for other in [
             DataType::Float64,
             DataType::Utf8,
@@ -535,11 +561,11 @@ mod tests {
             DataType::Decimal128(10, 2),
         ] {
             let schema = Schema::new(vec![field("a", DataType::Int32), field("b", other)]);
-            assert_eq!(packed_word_bits(&schema), None);
+            assert_eq!(PackedKeys::of(&schema).map(|p| p.word_bits()), None);
         }
         // One key stays with DataFusion's primitive table.
         assert_eq!(
-            packed_word_bits(&Schema::new(vec![field("a", DataType::Int32)])),
+            PackedKeys::of(&Schema::new(vec![field("a", DataType::Int32)])).map(|p| p.word_bits()),
             None
         );
     }
@@ -553,7 +579,9 @@ mod tests {
         let ids: ArrayRef = Arc::new(UInt32Array::from(vec![9, 9, u32::MAX, 3]));
         let ids = ids.slice(1, 3);
         let columns = vec![times, ids];
-        let mut packed = packed_group_values(&schema(&columns, true), 0).unwrap();
+        let mut packed = PackedKeys::of(&schema(&columns, true))
+            .unwrap()
+            .group_values(0);
         let mut groups = Vec::new();
         packed.intern(&columns, &mut groups).unwrap();
         assert_eq!(groups, [0, 1, 2]);
@@ -570,7 +598,9 @@ mod tests {
             Arc::new(Int32Array::from(vec![1, 2])),
             Arc::new(Int32Array::from(vec![1, 2])),
         ];
-        let mut packed = packed_group_values(&schema(&columns, false), 0).unwrap();
+        let mut packed = PackedKeys::of(&schema(&columns, false))
+            .unwrap()
+            .group_values(0);
         let mut groups = Vec::new();
         let wrong: Vec<ArrayRef> = vec![
             Arc::new(Int64Array::from(vec![1, 2])),

@@ -57,7 +57,7 @@ use datafusion::physical_plan::{
 use futures::FutureExt;
 use futures::StreamExt;
 
-use crate::packed::{packed_group_values, packed_word_bits};
+use crate::packed::PackedKeys;
 use crate::shared_run::SharedRun;
 
 /// Groups one partition's table may hold before the partition switches to partitioning rows.
@@ -121,6 +121,8 @@ struct Inputs {
 struct Spec {
     keys: Vec<(Arc<dyn PhysicalExpr>, String)>,
     key_schema: SchemaRef,
+    /// How the keys pack into one word, when they do ([`crate::packed`]).
+    packed: Option<PackedKeys>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
     inputs: Vec<Inputs>,
@@ -140,8 +142,8 @@ impl Spec {
     /// Packed integer keys where they fit in a word or two ([`crate::packed`]; room for
     /// `groups` made at once), otherwise DataFusion's group values for the key types.
     fn group_values(&self, groups: usize) -> Result<Box<dyn GroupValues>> {
-        match packed_group_values(&self.key_schema, groups) {
-            Some(values) => Ok(values),
+        match &self.packed {
+            Some(packed) => Ok(packed.group_values(groups)),
             None => new_group_values(Arc::clone(&self.key_schema), &GroupOrdering::None),
         }
     }
@@ -280,6 +282,7 @@ impl RadixAggregateExec {
             input,
             spec: Arc::new(Spec {
                 keys,
+                packed: PackedKeys::of(&key_schema),
                 key_schema,
                 aggregates,
                 filters,
@@ -640,8 +643,8 @@ impl DisplayAs for RadixAggregateExec {
             BUCKETS,
             SWITCH_GROUPS
         )?;
-        match packed_word_bits(&self.spec.key_schema) {
-            Some(bits) => write!(f, ", packed_keys={bits}"),
+        match &self.spec.packed {
+            Some(packed) => write!(f, ", packed_keys={}", packed.word_bits()),
             None => Ok(()),
         }
     }
