@@ -36,10 +36,31 @@ pub struct PackedKeys {
 }
 
 impl PackedKeys {
-    /// The layout of `schema`'s keys, or `None` when they cannot be packed.
+    /// Where each of `schema`'s keys goes, or `None` when they cannot be packed.
     pub fn of(schema: &Schema) -> Option<PackedKeys> {
-        let (keys, bits) = layout(schema)?;
-        Some(PackedKeys { keys, bits })
+        if schema.fields().len() < 2 {
+            // One key: DataFusion's `GroupValuesPrimitive` already hashes it as one number.
+            return None;
+        }
+        let mut keys = Vec::with_capacity(schema.fields().len());
+        let mut offset = 0u32;
+        for field in schema.fields() {
+            let width = packable_width(field.data_type())?;
+            keys.push(Key {
+                data_type: field.data_type().clone(),
+                offset,
+                width,
+                null_bit: None,
+            });
+            offset += width;
+        }
+        for (key, field) in keys.iter_mut().zip(schema.fields()) {
+            if field.is_nullable() {
+                key.null_bit = Some(offset);
+                offset += 1;
+            }
+        }
+        (offset <= 128).then_some(PackedKeys { keys, bits: offset })
     }
 
     /// The word the keys are packed into: 64 or 128 bits.
@@ -61,33 +82,6 @@ impl PackedKeys {
             Box::new(PackedGroupValues::<u128>::new(keys, capacity))
         }
     }
-}
-
-/// Where each key goes, and the bits used in all; `None` when the keys cannot be packed.
-fn layout(schema: &Schema) -> Option<(Vec<Key>, u32)> {
-    if schema.fields().len() < 2 {
-        // One key: DataFusion's `GroupValuesPrimitive` already hashes it as one number.
-        return None;
-    }
-    let mut keys = Vec::with_capacity(schema.fields().len());
-    let mut offset = 0u32;
-    for field in schema.fields() {
-        let width = packable_width(field.data_type())?;
-        keys.push(Key {
-            data_type: field.data_type().clone(),
-            offset,
-            width,
-            null_bit: None,
-        });
-        offset += width;
-    }
-    for (key, field) in keys.iter_mut().zip(schema.fields()) {
-        if field.is_nullable() {
-            key.null_bit = Some(offset);
-            offset += 1;
-        }
-    }
-    (offset <= 128).then_some((keys, offset))
 }
 
 /// The bits a value of this type occupies, when it is an integer underneath that groups by

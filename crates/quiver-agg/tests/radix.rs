@@ -218,8 +218,8 @@ async fn explain_analyze_shows_what_the_run_did() {
     assert!(metrics.elapsed_compute().expect("elapsed_compute") > 0);
 }
 
-/// Three partitions of about `rows` rows each, of one column `u`: batches of 8192 rows that
-/// `column` makes.
+/// Three partitions of about `rows` rows each, of the one column `field`: batches of 8192
+/// rows that `column` makes.
 fn partitions_of(
     field: Field,
     rows: usize,
