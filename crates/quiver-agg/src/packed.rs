@@ -76,7 +76,7 @@ impl PackedKeys {
     /// grows.
     pub fn group_values(&self, capacity: usize) -> Box<dyn GroupValues> {
         let keys = self.keys.clone();
-        if self.bits <= 64 {
+        if self.word_bits() == 64 {
             Box::new(PackedGroupValues::<u64>::new(keys, capacity))
         } else {
             Box::new(PackedGroupValues::<u128>::new(keys, capacity))
@@ -520,6 +520,7 @@ mod tests {
 
     #[test]
     fn only_integer_keys_that_fit_are_packed() {
+        let word_bits = |schema: &Schema| PackedKeys::of(schema).map(|p| p.word_bits());
         let field = |name: &str, data_type: DataType| Field::new(name, data_type, true);
         let fits = Schema::new(vec![
             field("a", DataType::Int16),
@@ -528,26 +529,23 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             ),
         ]);
-        assert_eq!(PackedKeys::of(&fits).map(|p| p.word_bits()), Some(128)); // 16 + 64 + 2
+        assert_eq!(word_bits(&fits), Some(128)); // 16 + 64 + 2
         let word = Schema::new(vec![
             field("a", DataType::Int16),
             field("b", DataType::Int32),
         ]);
-        assert_eq!(PackedKeys::of(&word).map(|p| p.word_bits()), Some(64));
+        assert_eq!(word_bits(&word), Some(64));
         // Two 64-bit keys and their null bits: 130 bits.
         let wide = Schema::new(vec![
             field("a", DataType::Int64),
             field("b", DataType::UInt64),
         ]);
-        assert_eq!(PackedKeys::of(&wide).map(|p| p.word_bits()), None);
+        assert_eq!(word_bits(&wide), None);
         let both_required = Schema::new(vec![
             Field::new("a", DataType::Int64, false),
             Field::new("b", DataType::UInt64, false),
         ]);
-        assert_eq!(
-            PackedKeys::of(&both_required).map(|p| p.word_bits()),
-            Some(128)
-        );
+        assert_eq!(word_bits(&both_required), Some(128));
         for other in [
             DataType::Float64,
             DataType::Utf8,
@@ -555,11 +553,11 @@ mod tests {
             DataType::Decimal128(10, 2),
         ] {
             let schema = Schema::new(vec![field("a", DataType::Int32), field("b", other)]);
-            assert_eq!(PackedKeys::of(&schema).map(|p| p.word_bits()), None);
+            assert_eq!(word_bits(&schema), None);
         }
         // One key stays with DataFusion's primitive table.
         assert_eq!(
-            PackedKeys::of(&Schema::new(vec![field("a", DataType::Int32)])).map(|p| p.word_bits()),
+            word_bits(&Schema::new(vec![field("a", DataType::Int32)])),
             None
         );
     }
