@@ -21,7 +21,8 @@
 //! [`RadixAggregateRule`] takes the remaining hash GROUP BYs: [`RadixAggregateExec`]
 //! aggregates like DataFusion while the keys are few and splits them into hash buckets, each
 //! aggregated in cache, once they are many ([`radix`]). Its tables take several integer keys
-//! packed into one 64- or 128-bit word, hashed and compared as one number ([`packed`]).
+//! packed into one 64- or 128-bit word, hashed and compared as one number ([`packed`]), and
+//! one string key in a table that prefetches its probes ([`strings`]).
 
 pub mod bounds;
 mod direct;
@@ -33,6 +34,7 @@ pub mod radix;
 pub mod remainder;
 pub mod rule;
 mod shared_run;
+pub mod strings;
 
 pub use exec::SmallKeyAggregateExec;
 pub use frozen_keys::{FrozenKeysExec, FrozenKeysRule};

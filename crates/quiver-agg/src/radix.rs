@@ -59,6 +59,7 @@ use futures::StreamExt;
 
 use crate::packed::PackedKeys;
 use crate::shared_run::SharedRun;
+use crate::strings::StringGroupValues;
 
 /// Groups one partition's table may hold before the partition switches to partitioning rows.
 /// About where a DataFusion table (key, hash, index, states: 40–60 bytes a group) stops
@@ -123,6 +124,8 @@ struct Spec {
     key_schema: SchemaRef,
     /// How the keys pack into one word, when they do ([`crate::packed`]).
     packed: Option<PackedKeys>,
+    /// The key's type when it is one string or binary key ([`crate::strings`]).
+    string_key: Option<DataType>,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
     inputs: Vec<Inputs>,
@@ -139,13 +142,17 @@ impl Spec {
             .collect()
     }
 
-    /// Packed integer keys where they fit in a word or two ([`crate::packed`]; room for
-    /// `groups` made at once), otherwise DataFusion's group values for the key types.
+    /// Packed integer keys where they fit in a word or two ([`crate::packed`]), one string
+    /// key in a prefetching table ([`crate::strings`]), otherwise DataFusion's group values
+    /// for the key types; room for `groups` made at once.
     fn group_values(&self, groups: usize) -> Result<Box<dyn GroupValues>> {
-        match &self.packed {
-            Some(packed) => Ok(packed.group_values(groups)),
-            None => new_group_values(Arc::clone(&self.key_schema), &GroupOrdering::None),
+        if let Some(packed) = &self.packed {
+            return Ok(packed.group_values(groups));
         }
+        if let Some(key) = &self.string_key {
+            return Ok(Box::new(StringGroupValues::new(key.clone(), groups)));
+        }
+        new_group_values(Arc::clone(&self.key_schema), &GroupOrdering::None)
     }
 }
 
@@ -283,6 +290,7 @@ impl RadixAggregateExec {
             spec: Arc::new(Spec {
                 keys,
                 packed: PackedKeys::of(&key_schema),
+                string_key: crate::strings::single_key(&key_schema),
                 key_schema,
                 aggregates,
                 filters,
@@ -643,10 +651,13 @@ impl DisplayAs for RadixAggregateExec {
             BUCKETS,
             SWITCH_GROUPS
         )?;
-        match &self.spec.packed {
-            Some(packed) => write!(f, ", packed_keys={}", packed.word_bits()),
-            None => Ok(()),
+        if let Some(packed) = &self.spec.packed {
+            write!(f, ", packed_keys={}", packed.word_bits())?;
         }
+        if self.spec.string_key.is_some() {
+            write!(f, ", string_table")?;
+        }
+        Ok(())
     }
 }
 

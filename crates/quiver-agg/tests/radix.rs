@@ -127,6 +127,11 @@ async fn check(partitions: Vec<Vec<RecordBatch>>, what: &str) {
                 keys.contains("CAST"),
                 "{what}: GROUP BY {keys}:\n{plan}"
             );
+            assert_eq!(
+                plan.contains("string_table"),
+                *keys == "s",
+                "{what}: GROUP BY {keys}:\n{plan}"
+            );
             assert_eq!(actual, expected, "{what}: GROUP BY {keys} differs\n{plan}");
         }
     }
