@@ -45,16 +45,13 @@ pub fn single_key(schema: &Schema) -> Option<DataType> {
     let [field] = schema.fields().as_ref() else {
         return None;
     };
-    matches!(
-        field.data_type(),
-        DataType::Utf8
-            | DataType::LargeUtf8
-            | DataType::Utf8View
-            | DataType::Binary
-            | DataType::LargeBinary
-            | DataType::BinaryView
-    )
-    .then(|| field.data_type().clone())
+    let data_type = field.data_type();
+    let variable_width = data_type.is_string()
+        || matches!(
+            data_type,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+        );
+    variable_width.then(|| data_type.clone())
 }
 
 /// One table entry; `group == 0` is an empty slot, otherwise it holds group index + 1.
