@@ -46,12 +46,17 @@ pub fn single_key(schema: &Schema) -> Option<DataType> {
         return None;
     };
     let data_type = field.data_type();
-    let variable_width = data_type.is_string()
+    is_variable_width(data_type).then(|| data_type.clone())
+}
+
+/// Whether values of `data_type` are byte strings of any length: the three string types and
+/// the three variable-width binary ones (not `FixedSizeBinary`).
+pub fn is_variable_width(data_type: &DataType) -> bool {
+    data_type.is_string()
         || matches!(
             data_type,
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView
-        );
-    variable_width.then(|| data_type.clone())
+        )
 }
 
 /// One table entry; `group == 0` is an empty slot, otherwise it holds group index + 1.

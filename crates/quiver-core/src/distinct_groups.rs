@@ -45,6 +45,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+use quiver_agg::strings::is_variable_width;
 use quiver_functions::distinct_count::{self, DistinctCount};
 
 /// See the module documentation.
@@ -142,15 +143,7 @@ fn classify(aggregate: &Aggregate) -> Result<Option<(Vec<Kind>, Expr)>> {
     let Some(arg) = distinct_arg else {
         return Ok(None);
     };
-    let bytes = matches!(
-        arg.get_type(aggregate.input.schema())?,
-        DataType::Utf8
-            | DataType::LargeUtf8
-            | DataType::Utf8View
-            | DataType::Binary
-            | DataType::LargeBinary
-            | DataType::BinaryView
-    );
+    let bytes = is_variable_width(&arg.get_type(aggregate.input.schema())?);
     if needed && bytes && !aggregate.group_expr.is_empty() {
         Ok(Some((kinds, arg.clone())))
     } else {

@@ -49,6 +49,7 @@ use datafusion::physical_plan::{
     PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
+use quiver_agg::strings::is_variable_width;
 use tokio::sync::OnceCell;
 
 use crate::conjunction::renumber;
@@ -142,16 +143,8 @@ fn parquet_config(
 
 fn orderable(data_type: &DataType) -> bool {
     data_type.is_primitive()
-        || matches!(
-            data_type,
-            DataType::Boolean
-                | DataType::Utf8
-                | DataType::LargeUtf8
-                | DataType::Utf8View
-                | DataType::Binary
-                | DataType::LargeBinary
-                | DataType::BinaryView
-        )
+        || matches!(data_type, DataType::Boolean)
+        || is_variable_width(data_type)
 }
 
 fn rewrite(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
