@@ -357,8 +357,11 @@ impl<W: Word> GroupValues for PackedGroupValues<W> {
     fn emit(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         let emitted = match emit_to {
             EmitTo::All => {
+                // The table is filled again after (radix phase 2 empties one table per few
+                // buckets): keep its room, so that the next groups do not regrow it.
                 self.map.clear();
-                std::mem::take(&mut self.values)
+                let room = Vec::with_capacity(self.values.capacity());
+                std::mem::replace(&mut self.values, room)
             }
             EmitTo::First(n) => {
                 let n = n.min(self.values.len());

@@ -20,8 +20,11 @@
 //!
 //! **Phase 2.** Buckets are disjoint in their keys, so each is aggregated on its own, with no
 //! merge after: consecutive buckets are gathered into tasks of about [`TASK_ROWS`] rows and
-//! each task builds one small table, updating it with raw rows (`update_batch`) and merging
-//! the partial states (`merge_batch`), then evaluates it. Those tables fit in cache.
+//! each task fills one table, updating it with raw rows (`update_batch`) and merging the
+//! partial states (`merge_batch`), and evaluates and empties it at a bucket boundary once it
+//! holds [`TABLE_GROUPS`] groups, so that it stays in cache however many keys the task has.
+//! Fixed-width columns without NULLs are scattered into bucket order in one pass; the others
+//! are gathered (`interleave`).
 //!
 //! The node replaces a Final(Partial) or Single aggregate pair, so its output schema and
 //! partition count are the replaced node's; output partition `i` returns batches `i, i + P, …`.
@@ -31,8 +34,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{new_empty_array, Array, ArrayRef, AsArray, OffsetSizeTrait, RecordBatch};
+use arrow::array::{
+    make_array, new_empty_array, Array, ArrayData, ArrayRef, AsArray, OffsetSizeTrait, RecordBatch,
+};
+use arrow::buffer::Buffer;
 use arrow::compute::interleave;
+use arrow::datatypes::ArrowNativeType;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::runtime::SpawnedTask;
@@ -357,12 +364,15 @@ async fn run_all(
     let per_task = total
         .div_ceil(4 * threads)
         .clamp(MIN_TASK_ROWS, TASK_ROWS.max(MIN_TASK_ROWS));
-    let mut groups: Vec<Vec<Slice>> = Vec::new();
-    let mut current: Vec<Slice> = Vec::new();
+    let mut groups: Vec<Vec<Vec<Slice>>> = Vec::new();
+    let mut current: Vec<Vec<Slice>> = Vec::new();
     let mut rows = 0;
     for bucket in buckets {
+        if bucket.is_empty() {
+            continue;
+        }
         rows += bucket.iter().map(Slice::rows).sum::<usize>();
-        current.extend(bucket);
+        current.push(bucket);
         if rows >= per_task {
             groups.push(std::mem::take(&mut current));
             rows = 0;
@@ -372,14 +382,14 @@ async fn run_all(
         groups.push(current);
     }
     metrics.bucket_tasks.add(groups.len());
-    let aggregations: Vec<SpawnedTask<Result<Option<RecordBatch>>>> = groups
+    let aggregations: Vec<SpawnedTask<Result<Vec<RecordBatch>>>> = groups
         .into_iter()
         .map(|slices| {
             let spec = Arc::clone(&spec);
             let elapsed = metrics.elapsed_compute.clone();
             SpawnedTask::spawn(async move {
                 let _timer = elapsed.timer();
-                aggregate_slices(&spec, slices)
+                aggregate_buckets(&spec, slices)
             })
         })
         .collect();
@@ -564,24 +574,21 @@ fn partition(
         *start = at;
         at += count;
     }
-    let mut next = starts;
-    let mut order = vec![(0usize, 0usize); total];
-    let mut rows = bucket_of.iter();
-    for (b, batch) in batches.iter().enumerate() {
-        for row in 0..batch[0].len() {
-            let Some(&bucket) = rows.next() else {
-                return internal_err!("radix aggregation: bucket count mismatch");
-            };
-            let slot = &mut next[bucket as usize];
-            order[*slot] = (b, row);
-            *slot += 1;
-        }
-    }
     let columns = batches[0].len();
     let mut gathered = Vec::with_capacity(columns);
+    // Row order for the columns that cannot be scattered, made when the first needs it.
+    let mut order: Option<Vec<(usize, usize)>> = None;
     for c in 0..columns {
         let arrays: Vec<&dyn Array> = batches.iter().map(|b| b[c].as_ref()).collect();
-        gathered.push(interleave(&arrays, &order)?);
+        if let Some(scattered) = scatter(&arrays, &bucket_of, &starts)? {
+            gathered.push(scattered);
+            continue;
+        }
+        let order = match &mut order {
+            Some(order) => order,
+            None => order.insert(bucket_order(batches, &bucket_of, &starts)?),
+        };
+        gathered.push(interleave(&arrays, order)?);
     }
     for (bucket, (&start, &count)) in starts.iter().zip(&counts).enumerate() {
         if count == 0 {
@@ -595,43 +602,155 @@ fn partition(
     Ok(())
 }
 
-/// Phase 2: aggregates whole buckets' slices into one table and evaluates it.
-fn aggregate_slices(spec: &Spec, slices: Vec<Slice>) -> Result<Option<RecordBatch>> {
-    // Room for as many groups as rows (up to a task's worth): a task's keys are mostly new
-    // when it has many, and a table grown by doubling moves every entry again and again.
-    let rows: usize = slices.iter().map(Slice::rows).sum();
-    let mut values = spec.group_values(rows.min(TASK_ROWS))?;
-    let mut accumulators = spec.accumulators()?;
-    let mut groups = Vec::new();
-    let keys = spec.keys.len();
-    for slice in &slices {
-        let rows = slice.rows();
-        values.intern(&slice.columns[..keys], &mut groups)?;
-        let total = values.len();
-        for (accumulator, inputs) in accumulators.iter_mut().zip(&spec.inputs) {
-            if slice.states {
-                let Some(states) = slice.columns.get(inputs.states.clone()) else {
-                    return internal_err!("radix aggregation: state columns missing");
-                };
-                accumulator.merge_batch(states, &groups, total)?;
-            } else {
-                let arguments = arguments(inputs, &slice.columns, rows)?;
-                let filter = inputs.filter.map(|f| slice.columns[f].as_boolean());
-                accumulator.update_batch(&arguments, &groups, filter, total)?;
-            }
+/// Groups a phase-2 table gathers before it is evaluated and emptied for the next buckets:
+/// a task's rows may hold some hundred thousand keys, and one table over all of them would
+/// outgrow the cache that is the point of bucketing. Buckets share no keys, so a table may be
+/// emptied at any bucket boundary (ClickBench Q32, 5M distinct keys).
+pub const TABLE_GROUPS: usize = SWITCH_GROUPS / 2;
+
+/// Every row's `(batch, row)` in bucket order.
+fn bucket_order(
+    batches: &[Vec<ArrayRef>],
+    bucket_of: &[u8],
+    starts: &[usize; BUCKETS],
+) -> Result<Vec<(usize, usize)>> {
+    let mut next = *starts;
+    let mut order = vec![(0usize, 0usize); bucket_of.len()];
+    let mut rows = bucket_of.iter();
+    for (b, batch) in batches.iter().enumerate() {
+        for row in 0..batch[0].len() {
+            let Some(&bucket) = rows.next() else {
+                return internal_err!("radix aggregation: bucket count mismatch");
+            };
+            let slot = &mut next[bucket as usize];
+            order[*slot] = (b, row);
+            *slot += 1;
         }
     }
-    if values.is_empty() {
+    Ok(order)
+}
+
+/// A fixed-width column without NULLs written straight into bucket order: one pass over the
+/// values and no `(batch, row)` index to read, where `interleave` gathers through one per row
+/// (ClickBench Q32: 5M rows of four integer columns). None for other columns.
+fn scatter(
+    arrays: &[&dyn Array],
+    bucket_of: &[u8],
+    starts: &[usize; BUCKETS],
+) -> Result<Option<ArrayRef>> {
+    let Some(data_type) = arrays.first().map(|a| a.data_type()) else {
+        return Ok(None);
+    };
+    if !data_type.is_primitive() || arrays.iter().any(|a| a.null_count() > 0) {
         return Ok(None);
     }
+    if arrays.iter().map(|a| a.len()).sum::<usize>() != bucket_of.len() {
+        return internal_err!("radix aggregation: bucket count mismatch");
+    }
+    // 16-byte types are left to `interleave`: their buffers need not be 16-byte aligned.
+    let values = match data_type.primitive_width() {
+        Some(1) => scatter_values::<u8>(arrays, bucket_of, starts)?,
+        Some(2) => scatter_values::<u16>(arrays, bucket_of, starts)?,
+        Some(4) => scatter_values::<u32>(arrays, bucket_of, starts)?,
+        Some(8) => scatter_values::<u64>(arrays, bucket_of, starts)?,
+        _ => return Ok(None),
+    };
+    let data = ArrayData::builder(data_type.clone())
+        .len(bucket_of.len())
+        .add_buffer(values)
+        .build()?;
+    Ok(Some(make_array(data)))
+}
+
+/// The values of `arrays`, whose rows `bucket_of` numbers, moved to their bucket's run.
+fn scatter_values<T: ArrowNativeType>(
+    arrays: &[&dyn Array],
+    bucket_of: &[u8],
+    starts: &[usize; BUCKETS],
+) -> Result<Buffer> {
+    let total = bucket_of.len();
+    // Not zeroed first: every slot is written once, which is checked below.
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    let slots = &mut out.spare_capacity_mut()[..total];
+    let mut next = *starts;
+    let mut buckets = bucket_of.iter();
+    for array in arrays {
+        let data = array.to_data();
+        let values = &data.buffer::<T>(0)[..data.len()];
+        for (&value, &bucket) in values.iter().zip(&mut buckets) {
+            let slot = &mut next[bucket as usize];
+            slots[*slot].write(value);
+            *slot += 1;
+        }
+    }
+    // Each bucket's cursor moved one slot per row from its start; ending at the next bucket's
+    // start (the last at `total`) means every slot of `0..total` was written.
+    let ends = starts.iter().skip(1).copied().chain([total]);
+    if buckets.next().is_some() || next.iter().copied().ne(ends) {
+        return internal_err!("radix aggregation: bucket count mismatch");
+    }
+    // SAFETY: the capacity is `total`, and the check above proves slots `0..total` initialised.
+    unsafe { out.set_len(total) };
+    Ok(Buffer::from_vec(out))
+}
+
+/// Phase 2: aggregates whole buckets, in order, into one table, evaluating and emptying it at
+/// a bucket boundary once it holds [`TABLE_GROUPS`] groups.
+fn aggregate_buckets(spec: &Spec, buckets: Vec<Vec<Slice>>) -> Result<Vec<RecordBatch>> {
+    // Room for as many groups as one bucket's rows on top of a nearly full table: a bucket's
+    // keys are mostly new when it has many, and a table grown by doubling moves every entry
+    // again and again.
+    let rows: usize = buckets.iter().flatten().map(Slice::rows).sum();
+    let largest = buckets
+        .iter()
+        .map(|bucket| bucket.iter().map(Slice::rows).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    let mut values = spec.group_values(rows.min(TABLE_GROUPS + largest))?;
+    let mut accumulators = spec.accumulators()?;
+    let mut groups = Vec::new();
+    let mut batches = Vec::new();
+    let keys = spec.keys.len();
+    for bucket in &buckets {
+        for slice in bucket {
+            let rows = slice.rows();
+            values.intern(&slice.columns[..keys], &mut groups)?;
+            let total = values.len();
+            for (accumulator, inputs) in accumulators.iter_mut().zip(&spec.inputs) {
+                if slice.states {
+                    let Some(states) = slice.columns.get(inputs.states.clone()) else {
+                        return internal_err!("radix aggregation: state columns missing");
+                    };
+                    accumulator.merge_batch(states, &groups, total)?;
+                } else {
+                    let arguments = arguments(inputs, &slice.columns, rows)?;
+                    let filter = inputs.filter.map(|f| slice.columns[f].as_boolean());
+                    accumulator.update_batch(&arguments, &groups, filter, total)?;
+                }
+            }
+        }
+        if values.len() >= TABLE_GROUPS {
+            batches.push(evaluate(spec, values.as_mut(), &mut accumulators)?);
+        }
+    }
+    if !values.is_empty() {
+        batches.push(evaluate(spec, values.as_mut(), &mut accumulators)?);
+    }
+    Ok(batches)
+}
+
+/// The table's groups and their aggregates, as output rows; leaves the table and the
+/// accumulators empty.
+fn evaluate(
+    spec: &Spec,
+    values: &mut dyn GroupValues,
+    accumulators: &mut [Box<dyn GroupsAccumulator>],
+) -> Result<RecordBatch> {
     let mut columns = values.emit(EmitTo::All)?;
-    for mut accumulator in accumulators {
+    for accumulator in accumulators {
         columns.push(accumulator.evaluate(EmitTo::All)?);
     }
-    Ok(Some(RecordBatch::try_new(
-        Arc::clone(&spec.schema),
-        columns,
-    )?))
+    Ok(RecordBatch::try_new(Arc::clone(&spec.schema), columns)?)
 }
 
 impl DisplayAs for RadixAggregateExec {

@@ -174,6 +174,18 @@ async fn many_keys_switch_to_buckets_and_match() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_keys_without_nulls_are_scattered_and_match() {
+    // Without NULLs the integer and float columns are scattered into bucket order while the
+    // strings and booleans are gathered; phase-2 tables are emptied between buckets.
+    let keys = 4 * SWITCH_GROUPS as i64;
+    check(
+        partitions(4, 3 * SWITCH_GROUPS, keys, 0.0),
+        "many keys, no NULLs",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_input_and_all_null_keys_match() {
     check(vec![vec![], vec![]], "empty").await;
     check(partitions(3, 8192, 10, 1.0), "all NULL").await;
