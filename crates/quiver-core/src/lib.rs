@@ -27,6 +27,7 @@ pub mod files;
 pub mod format;
 mod identifiers;
 pub mod join_sides;
+pub mod literal_compare;
 pub mod metrics;
 mod narrow;
 pub mod result;
@@ -35,7 +36,6 @@ pub mod statement;
 pub mod suggest;
 pub mod table_functions;
 pub mod topk;
-pub mod view_compare;
 pub mod widen_aggregates;
 
 pub use datafusion;

@@ -158,8 +158,8 @@ impl Session {
             rules.push(Arc::new(quiver_agg::RadixAggregateRule));
         }
         rules.push(Arc::new(crate::topk::TopKThresholdRule));
-        // String-view equality before the AND chains are wrapped, so each conjunct has it.
-        rules.push(Arc::new(crate::view_compare::ViewCompareRule));
+        // Our comparison kernels before the AND chains are wrapped, so each conjunct has them.
+        rules.push(Arc::new(crate::literal_compare::LiteralCompareRule));
         rules.push(Arc::new(crate::conjunction::ConjunctionFilterRule));
         let state = SessionStateBuilder::new()
             .with_config(config)

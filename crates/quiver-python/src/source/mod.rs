@@ -48,7 +48,7 @@ use datafusion::physical_plan::{
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyList, PyTuple};
 use quiver_core::conjunction::{self, ConjunctionExpr};
-use quiver_core::view_compare;
+use quiver_core::literal_compare;
 use quiver_core::QuiverError;
 
 use arrays::PyOwner;
@@ -1054,7 +1054,7 @@ impl ScanFilter {
         let schema = Arc::new(table.project(&columns)?);
         let df_schema = DFSchema::try_from(Arc::clone(&schema))?;
         let predicate = state.create_physical_expr(conjunction.clone(), &df_schema)?;
-        let predicate = view_compare::rewrite(predicate)?.data;
+        let predicate = literal_compare::rewrite(predicate)?.data;
         // NULL is false here as in a filter, so an AND chain can run as one progressive pass.
         let predicate = match ConjunctionExpr::try_new(&predicate)? {
             Some(progressive) => Arc::new(progressive),
