@@ -39,8 +39,7 @@ use arrow::array::{
 };
 use arrow::buffer::Buffer;
 use arrow::compute::interleave;
-use arrow::datatypes::ArrowNativeType;
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::datatypes::{ArrowNativeType, DataType, Schema, SchemaRef};
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
@@ -614,20 +613,11 @@ fn bucket_order(
     bucket_of: &[u8],
     starts: &[usize; BUCKETS],
 ) -> Result<Vec<(usize, usize)>> {
-    let mut next = *starts;
-    let mut order = vec![(0usize, 0usize); bucket_of.len()];
-    let mut rows = bucket_of.iter();
-    for (b, batch) in batches.iter().enumerate() {
-        for row in 0..batch[0].len() {
-            let Some(&bucket) = rows.next() else {
-                return internal_err!("radix aggregation: bucket count mismatch");
-            };
-            let slot = &mut next[bucket as usize];
-            order[*slot] = (b, row);
-            *slot += 1;
-        }
-    }
-    Ok(order)
+    let rows = batches
+        .iter()
+        .enumerate()
+        .map(|(b, batch)| (0..batch[0].len()).map(move |row| (b, row)));
+    scatter_by(rows, bucket_of, starts)
 }
 
 /// A fixed-width column without NULLs written straight into bucket order: one pass over the
@@ -643,9 +633,6 @@ fn scatter(
     };
     if !data_type.is_primitive() || arrays.iter().any(|a| a.null_count() > 0) {
         return Ok(None);
-    }
-    if arrays.iter().map(|a| a.len()).sum::<usize>() != bucket_of.len() {
-        return internal_err!("radix aggregation: bucket count mismatch");
     }
     // 16-byte types are left to `interleave`: their buffers need not be 16-byte aligned.
     let values = match data_type.primitive_width() {
@@ -668,30 +655,47 @@ fn scatter_values<T: ArrowNativeType>(
     bucket_of: &[u8],
     starts: &[usize; BUCKETS],
 ) -> Result<Buffer> {
+    let datas: Vec<ArrayData> = arrays.iter().map(|a| a.to_data()).collect();
+    let values = datas
+        .iter()
+        .map(|data| data.buffer::<T>(0)[..data.len()].iter().copied());
+    Ok(Buffer::from_vec(scatter_by(values, bucket_of, starts)?))
+}
+
+/// The rows of `chunks`, which `bucket_of` numbers in order, each moved to the next free slot
+/// of its bucket's run, the runs starting at `starts`. One pass over the rows, the bucket
+/// cursors being the only state: partitioning's hot loop for every column kind.
+fn scatter_by<T: Copy, C: ExactSizeIterator<Item = T>>(
+    chunks: impl Iterator<Item = C> + Clone,
+    bucket_of: &[u8],
+    starts: &[usize; BUCKETS],
+) -> Result<Vec<T>> {
     let total = bucket_of.len();
+    if chunks.clone().map(|c| c.len()).sum::<usize>() != total {
+        return internal_err!("radix aggregation: bucket count mismatch");
+    }
     // Not zeroed first: every slot is written once, which is checked below.
     let mut out: Vec<T> = Vec::with_capacity(total);
     let slots = &mut out.spare_capacity_mut()[..total];
     let mut next = *starts;
     let mut buckets = bucket_of.iter();
-    for array in arrays {
-        let data = array.to_data();
-        let values = &data.buffer::<T>(0)[..data.len()];
-        for (&value, &bucket) in values.iter().zip(&mut buckets) {
+    for chunk in chunks {
+        for (item, &bucket) in chunk.zip(&mut buckets) {
             let slot = &mut next[bucket as usize];
-            slots[*slot].write(value);
+            slots[*slot].write(item);
             *slot += 1;
         }
     }
-    // Each bucket's cursor moved one slot per row from its start; ending at the next bucket's
-    // start (the last at `total`) means every slot of `0..total` was written.
+    // As many rows as slots (checked above), and each bucket's cursor moved one slot per row
+    // from its start: ending at the next bucket's start (the last at `total`) means every slot
+    // of `0..total` was written once.
     let ends = starts.iter().skip(1).copied().chain([total]);
-    if buckets.next().is_some() || next.iter().copied().ne(ends) {
+    if next.iter().copied().ne(ends) {
         return internal_err!("radix aggregation: bucket count mismatch");
     }
     // SAFETY: the capacity is `total`, and the check above proves slots `0..total` initialised.
     unsafe { out.set_len(total) };
-    Ok(Buffer::from_vec(out))
+    Ok(out)
 }
 
 /// Phase 2: aggregates whole buckets, in order, into one table, evaluating and emptying it at
