@@ -11,7 +11,8 @@
 //! would, into one table (`GroupValues` and `GroupsAccumulator`s; two or more integer keys
 //! that fit in 128 bits are packed into one word first, [`crate::packed`]). When that table
 //! passes [`SWITCH_GROUPS`] groups (and, for string keys, has not reduced the rows it took
-//! enough: see `MAX_KEY_BYTES` and `KEEP_REDUCTION`), the partition stops adding to it; from
+//! enough: see `MAX_KEY_BYTES` and `KEEP_REDUCTION`), or its accumulators' state grows large
+//! with few groups (`SWITCH_STATE_BYTES`), the partition stops adding to it; from
 //! then on rows are only *partitioned*: their keys and aggregate arguments are gathered, a few
 //! hundred thousand rows at a time, into runs ordered by one of [`BUCKETS`] hash buckets (the
 //! hash's top bits, with a seed unlike the tables' own). At the end the table's groups are
@@ -100,6 +101,19 @@ const MAX_KEY_BYTES: usize = 12;
 /// phase 2 hash it again (ClickBench Q5, `COUNT(DISTINCT SearchPhrase)`: 5M rows, 94K groups,
 /// mostly the empty string; 85 -> 53 ms). Integer keys are cheap to partition and switch.
 const KEEP_REDUCTION: usize = 8;
+
+/// Accumulator state, in bytes, past which a partition switches to partitioning rows however
+/// few its groups, when the groups average more than [`SWITCH_GROUP_STATE_BYTES`] of it: per-group
+/// sets (`COUNT(DISTINCT x)`) grow with the distinct values, not with the groups. A table that
+/// keeps them builds every set twice, once in its partition and once more when phase 2 merges
+/// the partitions' states, where partitioned raw rows build each set once, in tables a bucket
+/// large (ClickBench Q8, `COUNT(DISTINCT UserID)` by 10K regions: 3.2M distinct pairs in 5M
+/// rows). 4 MiB is what [`SWITCH_GROUPS`] groups of 128 bytes hold.
+const SWITCH_STATE_BYTES: usize = SWITCH_GROUPS * 128;
+
+/// Average state bytes per group above which [`SWITCH_STATE_BYTES`] applies: several times
+/// what fixed-size states (sums, counts, averages, a few of each) take.
+const SWITCH_GROUP_STATE_BYTES: usize = 64;
 
 /// The bucket hash: a seed unlike DataFusion's tables', so the top bits a bucket shares do not
 /// crowd its own table's tags.
@@ -456,13 +470,15 @@ async fn partition_input(
                 accumulator.update_batch(&arguments, &groups, filter, total)?;
             }
             tabled += rows;
-            switched = total > SWITCH_GROUPS
+            let state: usize = accumulators.iter().map(|a| a.size()).sum();
+            switched = (total > SWITCH_GROUPS
                 && (2 * total > tabled
                     || match key_bytes(&columns[..spec.keys.len()]) {
                         KeyBytes::None => true,
                         KeyBytes::Short => KEEP_REDUCTION * total > tabled,
                         KeyBytes::Long => false,
-                    });
+                    }))
+                || (state > SWITCH_STATE_BYTES && state > SWITCH_GROUP_STATE_BYTES * total);
             if switched {
                 metrics.partitions_switched.add(1);
             }

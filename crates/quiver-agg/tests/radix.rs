@@ -14,10 +14,12 @@ use arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::AggregateUDF;
 use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiver_agg::radix::SWITCH_GROUPS;
 use quiver_agg::RadixAggregateRule;
+use quiver_functions::distinct_count::DistinctCount;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -366,4 +368,60 @@ async fn short_string_keys_stay_while_the_table_reduces_the_rows_eightfold() {
     let (schema, data) = skewed_keys(600_000, 4 * SWITCH_GROUPS as u64, 0.9, false);
     let (switched_inputs, inputs) = switched_partitions(schema, &data).await;
     assert_eq!(switched_inputs, inputs);
+}
+
+/// `GROUP BY g` over 100 groups, with `distinct_count(u)` (quiver's COUNT(DISTINCT)) beside a
+/// count, against DataFusion's own `count(DISTINCT u)`; returns how many input partitions
+/// switched to buckets and how many there were. `values`: `u` is drawn from `0..values`.
+async fn distinct_count_switches(values: i64) -> (usize, usize) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Int64, false),
+        Field::new("u", DataType::Int64, true),
+    ]));
+    let mut rng = StdRng::seed_from_u64(17);
+    let data: Vec<Vec<RecordBatch>> = (0..3)
+        .map(|_| {
+            (0..(16 * SWITCH_GROUPS).div_ceil(8192))
+                .map(|_| {
+                    let g =
+                        Int64Array::from_iter_values((0..8192).map(|_| rng.random_range(0..100)));
+                    let u: Int64Array = (0..8192)
+                        .map(|_| (!rng.random_bool(0.01)).then(|| rng.random_range(0..values)))
+                        .collect();
+                    RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(g), Arc::new(u)])
+                        .expect("batch")
+                })
+                .collect()
+        })
+        .collect();
+    let expected_sql =
+        "SELECT g, count(DISTINCT u) AS d, count(*) AS c FROM t GROUP BY g ORDER BY g";
+    let sql = "SELECT g, distinct_count(u) AS d, count(*) AS c FROM t GROUP BY g ORDER BY g";
+    let hash = context_over(Arc::clone(&schema), &data, false, None);
+    let (expected, _) = run(&hash, expected_sql).await;
+    let radix = context_over(schema, &data, true, None);
+    radix.register_udaf(AggregateUDF::from(DistinctCount::default()));
+    let (plan, batches) = plan_and_run(&radix, sql).await;
+    let actual = pretty_format_batches(&batches).expect("format").to_string();
+    assert_eq!(actual, expected, "distinct counts differ");
+    let node = find(&plan, "RadixAggregateExec").expect("the radix operator");
+    let switched = (node.metrics().expect("metrics"))
+        .sum_by_name("partitions_switched")
+        .map_or(0, |v| v.as_usize());
+    let inputs = node.children()[0].output_partitioning().partition_count();
+    (switched, inputs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_counts_of_few_groups_switch_once_their_sets_grow_large() {
+    // Nearly every (g, u) pair distinct: 100 groups hold ~500K values per partition, a state
+    // far past SWITCH_STATE_BYTES, so every partition switches (and phase 2 builds each set
+    // once from raw rows).
+    let (switched, inputs) = distinct_count_switches(1 << 40).await;
+    assert!(inputs >= 3);
+    assert_eq!(switched, inputs);
+    // 50 values: 5,000 pairs at most, a small state; the partitions keep their tables.
+    let (switched, inputs) = distinct_count_switches(50).await;
+    assert!(inputs >= 3);
+    assert_eq!(switched, 0);
 }
