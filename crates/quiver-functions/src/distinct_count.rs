@@ -164,24 +164,38 @@ fn pair_hash(group: u32, value: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// One value of one group.
+/// One value of one group, and 32 bits of its hash: they fill the padding a `(u64, u32)`
+/// pair has anyway, and spare deduplication computing the hash again for every pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Pair {
     value: u64,
     group: u32,
+    hash: u32,
 }
 
 impl Pair {
     #[inline]
-    fn hash(self) -> u64 {
-        pair_hash(self.group, self.value)
+    fn new(group: u32, value: u64) -> Pair {
+        Pair {
+            value,
+            group,
+            hash: pair_hash(group, value) as u32,
+        }
     }
 
-    /// The bucket of a pair: bits the bucket's table does not use (hashbrown places by the
-    /// low bits and tags by the top seven).
+    /// The hash the tables see: the stored bits times an odd constant, so a table of `2^k`
+    /// slots places by the stored hash's low `k` bits, and hashbrown's tag (the top seven
+    /// bits) mixes them all.
     #[inline]
-    fn bucket(hash: u64) -> usize {
-        ((hash >> 40) as usize) & (BUCKETS - 1)
+    fn hash(self) -> u64 {
+        u64::from(self.hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// The bucket of a pair: the stored hash's top eight bits, which a bucket's table, of
+    /// fewer than 2^24 slots, does not place by.
+    #[inline]
+    fn bucket(self) -> usize {
+        (self.hash >> 24) as usize & (BUCKETS - 1)
     }
 }
 
@@ -269,10 +283,7 @@ impl DistinctCountGroups {
     #[inline]
     fn push(&mut self, group: usize, value: u64) {
         // `grow` has checked that every group number fits in 32 bits.
-        let pair = Pair {
-            value,
-            group: group as u32,
-        };
+        let pair = Pair::new(group as u32, value);
         let hash = pair.hash();
         if self.buckets.is_empty() {
             if let Entry::Vacant(vacant) =
@@ -284,7 +295,7 @@ impl DistinctCountGroups {
                     self.spread();
                 }
             }
-        } else if let Some(bucket) = self.buckets.get_mut(Pair::bucket(hash)) {
+        } else if let Some(bucket) = self.buckets.get_mut(pair.bucket()) {
             bucket.pairs.push(pair);
             if bucket.pairs.len() >= bucket.limit() {
                 bucket.deduplicate(&mut self.table);
@@ -296,7 +307,7 @@ impl DistinctCountGroups {
     fn spread(&mut self) {
         self.buckets = (0..BUCKETS).map(|_| Bucket::default()).collect();
         for pair in std::mem::take(&mut self.small) {
-            if let Some(bucket) = self.buckets.get_mut(Pair::bucket(pair.hash())) {
+            if let Some(bucket) = self.buckets.get_mut(pair.bucket()) {
                 bucket.pairs.push(pair);
             }
         }
