@@ -127,19 +127,22 @@ impl LiteralCompareExpr {
             _ => return None,
         };
         let scalar = literal_expr.downcast_ref::<Literal>()?.value();
-        let kernel = match scalar {
-            ScalarValue::Utf8View(Some(_)) | ScalarValue::BinaryView(Some(_)) => {
+        let view_literal = match scalar {
+            ScalarValue::Utf8View(Some(s)) => Some(s.as_bytes()),
+            ScalarValue::BinaryView(Some(b)) => Some(b.as_slice()),
+            _ => None,
+        };
+        let kernel = match view_literal {
+            Some(literal) => {
                 let negated = match binary.op() {
                     Operator::Eq => false,
                     Operator::NotEq => true,
                     _ => return None,
                 };
-                let literal = match scalar {
-                    ScalarValue::Utf8View(Some(s)) => s.as_bytes().to_vec(),
-                    ScalarValue::BinaryView(Some(b)) => b.clone(),
-                    _ => return None,
-                };
-                Kernel::Views { literal, negated }
+                Kernel::Views {
+                    literal: literal.to_vec(),
+                    negated,
+                }
             }
             _ if scalar.is_null() || !primitive(&scalar.data_type()) => return None,
             _ => {
@@ -271,7 +274,6 @@ fn pack(bytes: &[u8; 64]) -> u64 {
 
 /// One bit per view: whether its string equals `literal`.
 fn equal_views(views: &[u128], buffers: &[Buffer], literal: &[u8]) -> BooleanBuffer {
-    let mut words = Vec::with_capacity(views.len().div_ceil(64));
     // A literal longer than u32::MAX bytes equals no view; its length wraps to something no
     // view of it can hold, and the byte comparison below still decides.
     let length = literal.len() as u32;
@@ -282,29 +284,16 @@ fn equal_views(views: &[u128], buffers: &[Buffer], literal: &[u8]) -> BooleanBuf
         let wanted = u128::from_le_bytes(bytes);
         // The length and the literal's bytes; what follows them in an inline view is padding.
         let mask = u128::MAX >> (8 * (12 - literal.len()));
-        for chunk in views.chunks(64) {
-            let mut word = 0u64;
-            for (bit, &view) in chunk.iter().enumerate() {
-                word |= u64::from(view & mask == wanted) << bit;
-            }
-            words.push(word);
-        }
+        bits(views, |view| view & mask == wanted)
     } else {
         let mut head = [0u8; 8];
         head[..4].copy_from_slice(&length.to_le_bytes());
         head[4..].copy_from_slice(&literal[..4]);
         let head = u64::from_le_bytes(head);
-        for chunk in views.chunks(64) {
-            let mut word = 0u64;
-            for (bit, &view) in chunk.iter().enumerate() {
-                if view as u64 == head && long_view_equals(view, buffers, literal) {
-                    word |= 1 << bit;
-                }
-            }
-            words.push(word);
-        }
+        bits(views, |view| {
+            view as u64 == head && long_view_equals(view, buffers, literal)
+        })
     }
-    BooleanBuffer::new(Buffer::from_vec(words), 0, views.len())
 }
 
 /// Whether the out-of-line string of `view` (longer than 12 bytes) is `literal`.
