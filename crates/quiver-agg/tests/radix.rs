@@ -15,7 +15,7 @@ use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::AggregateUDF;
-use datafusion::physical_plan::ExecutionPlanProperties;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use quiver_agg::radix::SWITCH_GROUPS;
 use quiver_agg::RadixAggregateRule;
@@ -325,15 +325,21 @@ async fn switched_partitions(
         let (plan, batches) = plan_and_run(&ctx, sql).await;
         results.push(pretty_format_batches(&batches).expect("format").to_string());
         if radix {
-            let node = find(&plan, "RadixAggregateExec").expect("the radix operator");
-            let metrics = node.metrics().expect("metrics");
-            switched = metrics
-                .sum_by_name("partitions_switched")
-                .map_or(0, |v| v.as_usize());
-            inputs = node.children()[0].output_partitioning().partition_count();
+            (switched, inputs) = switches(&plan);
         }
     }
     assert_eq!(results[0], results[1], "radix and hash aggregation differ");
+    (switched, inputs)
+}
+
+/// How many input partitions of `plan`'s radix aggregation switched to buckets, and how many
+/// there were.
+fn switches(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize) {
+    let node = find(plan, "RadixAggregateExec").expect("the radix operator");
+    let switched = (node.metrics().expect("metrics"))
+        .sum_by_name("partitions_switched")
+        .map_or(0, |v| v.as_usize());
+    let inputs = node.children()[0].output_partitioning().partition_count();
     (switched, inputs)
 }
 
@@ -404,12 +410,7 @@ async fn distinct_count_switches(values: i64) -> (usize, usize) {
     let (plan, batches) = plan_and_run(&radix, sql).await;
     let actual = pretty_format_batches(&batches).expect("format").to_string();
     assert_eq!(actual, expected, "distinct counts differ");
-    let node = find(&plan, "RadixAggregateExec").expect("the radix operator");
-    let switched = (node.metrics().expect("metrics"))
-        .sum_by_name("partitions_switched")
-        .map_or(0, |v| v.as_usize());
-    let inputs = node.children()[0].output_partitioning().partition_count();
-    (switched, inputs)
+    switches(&plan)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
