@@ -32,10 +32,11 @@ class Resolver:
             if frame.f_globals is not frame.f_locals:
                 yield frame.f_globals
 
-    def lookup(self, name: str) -> Any:
-        """The table for ``name`` (a ``_quiver.Table``), or None."""
+    def lookup(self, name: str, words: Any = None) -> Any:
+        """The table for ``name`` (a ``_quiver.Table``), or None. ``words``: the query's
+        lowercased words when it can only reach the columns they name."""
         found = self._find(name)
-        return None if found is None else _sources.table(found)
+        return None if found is None else _sources.table(found, words)
 
     def _find(self, name: str) -> Any:
         for namespace in self._namespaces():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import operator
 import sys
 import weakref
 from typing import Any
@@ -73,10 +74,10 @@ def can_scan(obj: Any) -> bool:
 # --- tables reused across queries ------------------------------------------------------------
 
 _CACHE_LIMIT = 64
-_cache: dict = {}  # id(object) -> (weakref to it, fingerprint, _quiver.Table)
+_cache: dict = {}  # id(object) -> (weakref to it, fingerprint, _quiver.Table, _Layout or None)
 
 
-def table(obj: Any):
+def table(obj: Any, words: Any = None):
     """The engine's table for ``obj``. Building one costs milliseconds for a wide frame, so it is
     kept (under a weak reference: it never keeps the object alive) and reused while the object's
     columns are still the same arrays. A table reads those arrays where they live at every
@@ -85,17 +86,28 @@ def table(obj: Any):
     datetimes and numbers are converted when first read and again after a value changed (see
     :func:`_object_column`). Objects whose columns had to be converted up front (categoricals,
     decimals, 2-D arrays, dicts, ...) and objects that can change without a visible trace
-    (polars frames, datasets) are converted at every query."""
+    (polars frames, datasets) are converted at every query.
+
+    ``words``: the lowercased words of a query that can only reach the columns they name (the
+    engine then shows it no others). A DataFrame whose block layout is unchanged is then
+    checked only in the blocks of those columns: a full check walks every column of a wide
+    frame, which cost a ``SELECT count(*)`` a sixth of its time."""
     from quiver import _quiver
 
     if _kind(obj) == ("pyarrow", "RecordBatchReader"):
         return _read_once(obj)
-    fingerprint = _fingerprint(obj)
     key = id(obj)
-    if fingerprint is not None:
-        entry = _cache.get(key)
-        if entry is not None and entry[0]() is obj and _same(entry[1], fingerprint):
+    entry = _cache.get(key)
+    if entry is not None and entry[0]() is obj:
+        if words is not None and entry[3] is not None and entry[3].unchanged(obj, words):
             return entry[2]
+        fingerprint = _fingerprint(obj)
+        if fingerprint is not None and _same(entry[1], fingerprint):
+            if entry[3] is None or not entry[3].same_layout(obj):
+                _cache[key] = (*entry[:3], _Layout.of(obj))
+            return entry[2]
+    else:
+        fingerprint = _fingerprint(obj)
     built = _quiver.Table(obj)
     if fingerprint is None or not built.reusable:
         return built
@@ -105,8 +117,74 @@ def table(obj: Any):
         return built
     if key not in _cache and len(_cache) >= _CACHE_LIMIT:
         _cache.pop(next(iter(_cache)))
-    _cache[key] = (ref, fingerprint, built)
+    _cache[key] = (ref, fingerprint, built, _Layout.of(obj))
     return built
+
+
+class _Layout:
+    """A cached DataFrame's block layout, for checking only the columns a query names: while
+    the block manager, its tuple of blocks (pandas makes a new one whenever a column is added,
+    dropped, moved or replaced by another block), the column labels and the row index are the
+    same objects, a named column can only have changed within its own block, which
+    :func:`_block_parts` covers as the full fingerprint does."""
+
+    __slots__ = ("blocks", "by_word", "columns", "index", "manager", "parts")
+
+    @staticmethod
+    def of(obj: Any) -> _Layout | None:
+        if _kind(obj) != ("pandas", "DataFrame"):
+            return None
+        try:
+            manager = obj._mgr
+            blocks = manager.blocks
+            numbers = manager.blknos
+            layout = _Layout()
+            layout.manager = manager
+            layout.blocks = blocks
+            layout.columns = obj.columns
+            layout.index = obj.index
+            layout.parts = [_block_parts(block) for block in blocks]
+            by_word: dict = {}
+            for position, label in enumerate(obj.columns):
+                by_word.setdefault(str(label).lower(), set()).add(int(numbers[position]))
+            layout.by_word = by_word
+            return layout
+        except (AttributeError, IndexError, TypeError):
+            return None  # another pandas layout: always the full check
+
+    def same_layout(self, obj: Any) -> bool:
+        manager = getattr(obj, "_mgr", None)
+        return (
+            manager is self.manager
+            and getattr(manager, "blocks", None) is self.blocks
+            and obj.columns is self.columns
+            and obj.index is self.index
+        )
+
+    def unchanged(self, obj: Any, words: Any) -> bool:
+        if not self.same_layout(obj):
+            return False
+        for word in words:
+            for number in self.by_word.get(word, ()):
+                now = _block_parts(self.blocks[number])
+                if not all(map(operator.is_, now, self.parts[number])):
+                    return False
+        return True
+
+
+def _block_parts(block: Any) -> tuple:
+    """What must stay the same objects for a block's column(s) to be unchanged."""
+    values = block.values
+    return (
+        block.mgr_locs,
+        values,
+        values.dtype,
+        # pandas' extension arrays swap these on assignment instead of writing in place.
+        getattr(values, "_pa_array", None),
+        getattr(values, "_ndarray", None),
+        getattr(values, "_data", None),
+        getattr(values, "_mask", None),
+    )
 
 
 _consumed: weakref.WeakSet = weakref.WeakSet()
@@ -166,13 +244,7 @@ def _fingerprint(obj: Any):
             return None
         parts: list = [obj.columns, len(obj)]
         for block in blocks:
-            values = block.values
-            parts.append(block.mgr_locs)
-            parts.append(values)
-            parts.append(values.dtype)
-            # pandas' extension arrays swap these on assignment instead of writing in place.
-            for attribute in ("_pa_array", "_ndarray", "_data", "_mask"):
-                parts.append(getattr(values, attribute, None))
+            parts.extend(_block_parts(block))
         return tuple(parts)
     return None
 

@@ -374,6 +374,26 @@ def test_reused_tables_see_every_kind_of_change():
     assert quiver.sql("SELECT count(*) FROM df").fetchone() == (6,)
 
 
+def test_a_query_checks_only_the_columns_it_names():
+    from quiver import _sources
+
+    df = pd.DataFrame({"a": np.arange(4), "Sv": pd.Series(list("wxyz"), dtype="str")})
+    assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (6,)
+    first = _sources.table(df)
+    df.loc[0, "Sv"] = "changed"  # swaps the Arrow array of a column the next query does not name
+    assert quiver.sql("SELECT sum(a) FROM df").fetchone() == (6,)
+    assert _sources.table(df, {"select", "a", "df"}) is first
+    # Naming the column (in any case) checks it, and finds the change.
+    assert quiver.sql("SELECT sv FROM df WHERE a = 0").fetchall() == [("changed",)]
+    assert _sources.table(df) is not first
+    df.loc[1, "Sv"] = "again"
+    assert quiver.sql("SELECT * FROM df WHERE a = 1").fetchall() == [(1, "again")]
+    df.loc[2, "a"] = 10  # in place into the NumPy block: seen without a new table
+    assert quiver.sql("SELECT sum(A) FROM df").fetchone() == (14,)
+    df.insert(0, "b", 1)  # a new block layout
+    assert quiver.sql("SELECT sum(b), count(*) FROM df").fetchone() == (4, 4)
+
+
 def test_object_rows_read_through_a_filter_follow_changes():
     # A filtered scan decodes only the selected objects and leaves the column unsnapshotted;
     # a later full read snapshots it; changes in place are seen either way.

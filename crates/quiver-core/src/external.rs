@@ -22,8 +22,14 @@ pub const EXTERNAL_SCHEMA: &str = "__external";
 
 /// Resolves table names that the catalog does not know.
 pub trait ExternalTables: Send + Sync {
-    /// The table for `name` as the user wrote it, or `None` when there is none.
-    fn lookup(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>>;
+    /// The table for `name` as the user wrote it, or `None` when there is none. `words`: the
+    /// statement's lowercased words when the table will be seen only through the columns they
+    /// name ([`crate::narrow`]), so that a cached table need only be checked in those.
+    fn lookup(
+        &self,
+        name: &str,
+        words: Option<&HashSet<String>>,
+    ) -> Result<Option<Arc<dyn TableProvider>>>;
 
     /// Names of the objects in scope that could have been meant, for a "not found" message.
     fn candidates(&self) -> Vec<String> {
@@ -72,9 +78,17 @@ impl Registrations {
         }
     }
 
+    /// The statement's words, when its tables are narrowed to the columns they name.
+    pub(crate) fn words(&self) -> Option<&HashSet<String>> {
+        self.narrow.as_ref()
+    }
+
     /// Registers `provider` (narrowed, if this statement's tables are) under a fresh unique
-    /// name and returns that name.
-    pub(crate) fn add(&mut self, provider: Arc<dyn TableProvider>) -> Result<String> {
+    /// name and returns that name and the provider registered.
+    pub(crate) fn add(
+        &mut self,
+        provider: Arc<dyn TableProvider>,
+    ) -> Result<(String, Arc<dyn TableProvider>)> {
         let provider = match &self.narrow {
             Some(words) => crate::narrow::NarrowTable::wrap(provider, words),
             None => provider,
@@ -85,10 +99,10 @@ impl Registrations {
             .ok_or_else(|| QuiverError::Internal(format!("schema {EXTERNAL_SCHEMA} is missing")))?;
         let name = format!("t{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         schema
-            .register_table(name.clone(), provider)
+            .register_table(name.clone(), Arc::clone(&provider))
             .map_err(QuiverError::from)?;
         self.names.push(name.clone());
-        Ok(name)
+        Ok((name, provider))
     }
 }
 

@@ -69,12 +69,13 @@ pub(crate) async fn resolve_names(
         if resolved.is_none() && reference.in_from && parts.len() == 1 {
             let written = &parts[0].value;
             let found = match external {
-                Some(external) => external.lookup(written)?,
+                Some(external) => external.lookup(written, registrations.words())?,
                 None => None,
             };
             match found {
                 Some(provider) => {
-                    let unique = registrations.add(Arc::clone(&provider))?;
+                    // Columns are resolved among those the statement can see.
+                    let (unique, provider) = registrations.add(provider)?;
                     let catalog = ctx
                         .state_ref()
                         .read()
@@ -250,9 +251,17 @@ pub(crate) fn pick<'a>(
 /// Resolves a table name of 1–3 parts against the catalogs, ignoring case where no exact match
 /// exists. `Ok(None)` leaves the name as written (DataFusion then reports it as not found).
 fn resolve_table_name(ctx: &SessionContext, parts: &[Ident]) -> Result<Option<Vec<String>>> {
-    let state = ctx.state();
-    let defaults = &state.config_options().catalog;
-    let catalogs = state.catalog_list().clone();
+    // The few things needed, not a copy of the whole session state.
+    let (default_catalog, default_schema, catalogs) = {
+        let state = ctx.state_ref();
+        let state = state.read();
+        let defaults = &state.config_options().catalog;
+        (
+            defaults.default_catalog.clone(),
+            defaults.default_schema.clone(),
+            Arc::clone(state.catalog_list()),
+        )
+    };
     let (catalog_ident, schema_ident, table_ident) = match parts {
         [table] => (None, None, table),
         [schema, table] => (None, Some(schema), table),
@@ -260,7 +269,7 @@ fn resolve_table_name(ctx: &SessionContext, parts: &[Ident]) -> Result<Option<Ve
         _ => return Ok(None),
     };
     let catalog_name = match catalog_ident {
-        None => defaults.default_catalog.clone(),
+        None => default_catalog,
         Some(ident) => match pick("catalog", &ident.value, catalogs.catalog_names().iter())? {
             Some(name) => name,
             None => return Ok(None),
@@ -270,7 +279,7 @@ fn resolve_table_name(ctx: &SessionContext, parts: &[Ident]) -> Result<Option<Ve
         return Ok(None);
     };
     let schema_name = match schema_ident {
-        None => defaults.default_schema.clone(),
+        None => default_schema,
         Some(ident) => match pick("schema", &ident.value, catalog.schema_names().iter())? {
             Some(name) => name,
             None => return Ok(None),

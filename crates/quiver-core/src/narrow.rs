@@ -27,14 +27,16 @@ use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Query, SelectItem, SetExpr,
     Statement, Visit, Visitor,
 };
-use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan};
 
-/// The words of `statement`, lowercased, when it is a query whose external tables may be
-/// narrowed to the columns those words name; `None` when it is not a query or names every
-/// column of some table without writing their names.
-pub(crate) fn query_words(statement: &DFStatement) -> Option<HashSet<String>> {
+/// `words` (the statement's own, from [`words_of`]) when `statement` is a query whose external
+/// tables may be narrowed to the columns those words name; `None` when it is not a query or
+/// names every column of some table without writing their names.
+pub(crate) fn query_words(
+    statement: &DFStatement,
+    words: Option<&HashSet<String>>,
+) -> Option<HashSet<String>> {
     let DFStatement::Statement(inner) = statement else {
         return None;
     };
@@ -46,11 +48,16 @@ pub(crate) fn query_words(statement: &DFStatement) -> Option<HashSet<String>> {
     if wildcards.0 {
         return None;
     }
-    let sql = inner.to_string();
-    let tokens = Tokenizer::new(&GenericDialect {}, &sql).tokenize().ok()?;
+    words.cloned()
+}
+
+/// The words among `tokens`, lowercased; `None` for an unquoted NATURAL (a join on every
+/// shared column). Taken from the tokens the statement was parsed from, so that planning
+/// need not print and tokenize it again.
+pub(crate) fn words_of(tokens: &[TokenWithSpan]) -> Option<HashSet<String>> {
     let mut words = HashSet::new();
     for token in tokens {
-        if let Token::Word(word) = token {
+        if let Token::Word(word) = &token.token {
             if word.quote_style.is_none() && word.keyword == Keyword::NATURAL {
                 return None;
             }
@@ -231,7 +238,9 @@ mod tests {
     fn words(sql: &str) -> Option<Vec<String>> {
         let mut statements = parse_sql(sql).ok()?;
         let statement = statements.pop()?;
-        let mut words: Vec<String> = query_words(&statement.inner)?.into_iter().collect();
+        let mut words: Vec<String> = query_words(&statement.inner, statement.words.as_ref())?
+            .into_iter()
+            .collect();
         words.sort();
         Some(words)
     }

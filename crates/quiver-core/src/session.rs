@@ -260,14 +260,16 @@ impl Session {
             crate::attach::run_command(&self.ctx, command).await?;
         }
         let mut inner = statement.inner.clone();
+        let mut words = statement.words.as_ref();
         if let Some(rewritten) = self.rewrite_show(&inner)? {
             inner = rewritten;
+            words = None;
         }
         self.refuse_drop_when_read_only(&inner)?;
         let external = options.external;
         let params = options.params;
         // Dropped at the end of this function: the plan holds the providers from then on.
-        let (plan, _registrations) = match crate::narrow::query_words(&inner) {
+        let (plan, _registrations) = match crate::narrow::query_words(&inner, words) {
             Some(words) if external.is_some() => {
                 match self
                     .plan(inner.clone(), external, params.clone(), Some(words))

@@ -6,6 +6,8 @@
 //! * DuckDB's `COPY (query) TO 'file' (FORMAT parquet, HEADER true, DELIMITER ';')` option list,
 //!   beside DataFusion's own `STORED AS … OPTIONS (…)` form.
 
+use std::collections::HashSet;
+
 use datafusion::sql::parser::{
     CopyToSource, CopyToStatement, DFParser, DFParserBuilder, Statement as DFStatement,
 };
@@ -29,6 +31,8 @@ pub struct Statement {
     pub line: u64,
     /// ATTACH / DETACH, which quiver runs itself (`inner` is then an empty query).
     pub(crate) command: Option<crate::attach::Command>,
+    /// The statement's words, lowercased ([`crate::narrow::words_of`]).
+    pub(crate) words: Option<HashSet<String>>,
 }
 
 impl Statement {
@@ -79,6 +83,10 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
         } else {
             None
         };
+        let words = match command {
+            Some(_) => None,
+            None => crate::narrow::words_of(&chunk),
+        };
         let chunk = match command {
             // The statement runs as an empty query once the command has run.
             Some(_) => Tokenizer::new(&dialect, "SELECT NULL WHERE FALSE")
@@ -116,6 +124,7 @@ pub fn parse_sql(sql: &str) -> Result<Vec<Statement>> {
             format,
             line: start.line,
             command,
+            words,
         });
     }
     Ok(statements)

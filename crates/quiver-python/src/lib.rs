@@ -13,6 +13,7 @@ mod result;
 mod runtime;
 mod source;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -53,11 +54,15 @@ impl PyResolver {
 }
 
 impl ExternalTables for PyResolver {
-    fn lookup(&self, name: &str) -> quiver_core::Result<Option<Arc<dyn TableProvider>>> {
+    fn lookup(
+        &self,
+        name: &str,
+        words: Option<&HashSet<String>>,
+    ) -> quiver_core::Result<Option<Arc<dyn TableProvider>>> {
         Python::attach(|py| {
             let object = self
                 .resolver
-                .call_method1(py, "lookup", (name,))
+                .call_method1(py, "lookup", (name, words))
                 .map_err(|e| self.keep(e))?;
             if object.is_none(py) {
                 return Ok(None);
