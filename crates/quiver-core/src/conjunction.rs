@@ -18,6 +18,7 @@
 
 use std::fmt;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -30,13 +31,17 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::logical_expr::ColumnarValue;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{
+    Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal,
+};
 use datafusion::physical_expr::split_conjunction;
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
+
+use crate::literal_compare::LiteralCompareExpr;
 
 /// Below this share of passing rows the batch is compacted before the next conjunct.
 const COMPACT_BELOW: f64 = 0.5;
@@ -96,6 +101,19 @@ pub struct ConjunctionExpr {
     conjuncts: Vec<Arc<dyn PhysicalExpr>>,
     /// The same, each renumbered over only the columns it reads.
     stages: Vec<Stage>,
+    /// Whether the stages may run in any order: each compares one column with a literal, so
+    /// none can fail, and none guards another (`b <> 0 AND a / b > 1` keeps its order).
+    reorderable: bool,
+    /// The rows each stage saw and passed so far, shared by every partition evaluating this
+    /// predicate: reorderable stages run cheapest-per-rejected-row first.
+    observed: Arc<[Observed]>,
+}
+
+/// Rows a stage evaluated, and how many of them passed it.
+#[derive(Debug, Default)]
+struct Observed {
+    rows: AtomicU64,
+    passed: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -146,7 +164,64 @@ impl ConjunctionExpr {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(ConjunctionExpr { conjuncts, stages })
+        let reorderable = stages.iter().all(|stage| tests_a_column(&stage.expr));
+        let observed = stages.iter().map(|_| Observed::default()).collect();
+        Ok(ConjunctionExpr {
+            conjuncts,
+            stages,
+            reorderable,
+            observed,
+        })
+    }
+
+    /// The order to run the stages in: as written, unless they are reorderable and each has
+    /// run; then greedily: first any stage over columns already read (a comparison costs less
+    /// than reading another column, and can only narrow the rows), else the stage of least
+    /// cost per rejected row — the classic rank for ordering independent filters — where the
+    /// cost is the bytes a row of its columns takes and the rejected share is what it
+    /// rejected so far. Ties keep their written order.
+    fn order(&self, schema: &Schema) -> Vec<usize> {
+        let written: Vec<usize> = (0..self.stages.len()).collect();
+        if !self.reorderable {
+            return written;
+        }
+        let mut rejected = Vec::with_capacity(self.stages.len());
+        for observed in self.observed.iter() {
+            let rows = observed.rows.load(Ordering::Relaxed);
+            if rows == 0 {
+                return written;
+            }
+            let passed = observed.passed.load(Ordering::Relaxed);
+            rejected.push((1.0 - passed as f64 / rows as f64).max(1e-6));
+        }
+        let mut read: Vec<usize> = Vec::new();
+        let mut left = written;
+        let mut order = Vec::with_capacity(left.len());
+        while !left.is_empty() {
+            let rank = |index: usize| {
+                let bytes: usize = (self.stages[index].reads.iter())
+                    .filter(|column| !read.contains(column))
+                    .map(|&column| {
+                        let data_type = schema.field(column).data_type();
+                        data_type.primitive_width().unwrap_or(16)
+                    })
+                    .sum();
+                if bytes == 0 {
+                    return 0.0;
+                }
+                bytes as f64 / rejected[index]
+            };
+            let mut best = 0;
+            for candidate in 1..left.len() {
+                if rank(left[candidate]) < rank(left[best]) {
+                    best = candidate;
+                }
+            }
+            let index = left.remove(best);
+            read.extend_from_slice(&self.stages[index].reads);
+            order.push(index);
+        }
+        order
     }
 
     /// The rows of an input of `rows` rows (its schema `schema`) where every conjunct holds,
@@ -166,7 +241,9 @@ impl ConjunctionExpr {
         let mut pending: Option<BooleanArray> = None;
         // Columns read for the rows in the running.
         let mut loaded: Vec<(usize, ArrayRef)> = Vec::new();
-        for (position, stage) in self.stages.iter().enumerate() {
+        let order = self.order(schema);
+        for (position, &index) in order.iter().enumerate() {
+            let stage = &self.stages[index];
             let mut columns = Vec::with_capacity(stage.reads.len());
             for &column in &stage.reads {
                 let array = match loaded.iter().find(|(c, _)| *c == column) {
@@ -192,10 +269,16 @@ impl ConjunctionExpr {
                 &options,
             )?;
             let mut passed = mask(stage.expr.evaluate(&batch)?, len)?;
+            let mut count = passed.true_count();
+            if self.reorderable {
+                let observed = &self.observed[index];
+                observed.rows.fetch_add(len as u64, Ordering::Relaxed);
+                observed.passed.fetch_add(count as u64, Ordering::Relaxed);
+            }
             if let Some(previous) = pending.take() {
                 passed = BooleanArray::new(previous.values() & passed.values(), None);
+                count = passed.true_count();
             }
-            let count = passed.true_count();
             if count == 0 {
                 return Ok(BooleanArray::new(BooleanBuffer::new_unset(rows), None));
             }
@@ -205,7 +288,8 @@ impl ConjunctionExpr {
             if (count as f64) < COMPACT_BELOW * len as f64 {
                 let mask = narrow(selection.map(|rows| rows.mask), passed);
                 // Precomputed runs or indices pay off when several columns use them.
-                selection = Some(Rows::new(mask, self.reads_after(position + 1) > 1));
+                let later = order.get(position + 1..).unwrap_or_default();
+                selection = Some(Rows::new(mask, self.reads_of(later) > 1));
                 len = count;
                 // What was read is for the rows that were in the running.
                 loaded.clear();
@@ -221,15 +305,35 @@ impl ConjunctionExpr {
         })
     }
 
-    /// How many distinct columns the conjuncts from `position` on read.
-    fn reads_after(&self, position: usize) -> usize {
-        let mut columns: Vec<usize> = (self.stages.iter().skip(position))
-            .flat_map(|stage| stage.reads.iter().copied())
+    /// How many distinct columns the stages `stages` read.
+    fn reads_of(&self, stages: &[usize]) -> usize {
+        let mut columns: Vec<usize> = (stages.iter())
+            .flat_map(|&index| self.stages[index].reads.iter().copied())
             .collect();
         columns.sort_unstable();
         columns.dedup();
         columns.len()
     }
+}
+
+/// Whether `expr` tests a column against literals (`c <op> literal`, `c [NOT] IN (literals)`,
+/// `c IS [NOT] NULL`): it cannot fail, and does not read another column.
+fn tests_a_column(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    if let Some(compare) = expr.downcast_ref::<LiteralCompareExpr>() {
+        return compare.compares_a_column();
+    }
+    let is_column = |expr: &Arc<dyn PhysicalExpr>| expr.downcast_ref::<Column>().is_some();
+    if let Some(in_list) = expr.downcast_ref::<InListExpr>() {
+        return is_column(in_list.expr())
+            && (in_list.list().iter()).all(|item| item.downcast_ref::<Literal>().is_some());
+    }
+    if let Some(is_null) = expr.downcast_ref::<IsNullExpr>() {
+        return is_column(is_null.arg());
+    }
+    if let Some(is_not_null) = expr.downcast_ref::<IsNotNullExpr>() {
+        return is_column(is_not_null.arg());
+    }
+    false
 }
 
 /// Some rows of an input, as a mask and as a filter that keeps them.
@@ -545,6 +649,83 @@ mod tests {
         assert_eq!(reads[2].0, a);
         assert!(reads[2].1.is_some_and(|rows| rows <= first));
         assert_eq!(reads.len(), 3);
+    }
+
+    #[test]
+    fn runs_the_stages_rejecting_most_rows_per_byte_first_once_seen() {
+        let data = batch(&mut Rng(3), 8192);
+        let schema = data.schema();
+        let column = |name: &str| col(name, &schema).unwrap();
+        let compare =
+            |expr: Arc<dyn PhysicalExpr>| crate::literal_compare::rewrite(expr).unwrap().data;
+        // `pad >= 0` passes every row, `b < 10` about 1%.
+        let conjuncts: Vec<Arc<dyn PhysicalExpr>> = vec![
+            compare(binary(column("pad"), Operator::GtEq, lit(0), &schema).unwrap()),
+            compare(binary(column("b"), Operator::Lt, lit(10), &schema).unwrap()),
+        ];
+        let ours = ConjunctionExpr::from_conjuncts(conjuncts.clone()).unwrap();
+        assert!(ours.reorderable);
+        let listed = datafusion::physical_expr::expressions::in_list(
+            column("a"),
+            vec![lit(1), lit(2)],
+            &false,
+            &schema,
+        )
+        .unwrap();
+        let null = datafusion::physical_expr::expressions::is_null(column("c")).unwrap();
+        let tests = vec![Arc::clone(&conjuncts[0]), listed, null];
+        assert!(ConjunctionExpr::from_conjuncts(tests).unwrap().reorderable);
+        let mut first_reads = Vec::new();
+        for _ in 0..3 {
+            let mut reads = Vec::new();
+            let got = ours
+                .evaluate_lazily(&schema, data.num_rows(), |index, rows| {
+                    reads.push(index);
+                    let array = data.column(index);
+                    Ok(match rows {
+                        None => Arc::clone(array),
+                        Some(rows) => rows.predicate.filter(array).unwrap(),
+                    })
+                })
+                .unwrap();
+            assert_eq!(got, reference(&conjuncts, &data));
+            first_reads.push(reads[0]);
+        }
+        // Until every stage ran: as written (pad is column 0); then b (column 2) first.
+        assert_eq!(first_reads, vec![0, 2, 2]);
+
+        // A stage over a column already read runs next, even when it rejected nothing.
+        let conjuncts: Vec<Arc<dyn PhysicalExpr>> = vec![
+            compare(binary(column("b"), Operator::Lt, lit(10), &schema).unwrap()),
+            compare(binary(column("a"), Operator::Lt, lit(50), &schema).unwrap()),
+            compare(binary(column("b"), Operator::GtEq, lit(0), &schema).unwrap()),
+        ];
+        let ours = ConjunctionExpr::from_conjuncts(conjuncts.clone()).unwrap();
+        for _ in 0..2 {
+            let got = mask(ours.evaluate(&data).unwrap(), data.num_rows()).unwrap();
+            assert_eq!(got, reference(&conjuncts, &data));
+        }
+        assert_eq!(ours.order(&schema), vec![0, 2, 1]);
+
+        // A conjunct that could fail, or guard another, keeps the order as written.
+        let plus = binary(column("a"), Operator::Plus, lit(1), &schema).unwrap();
+        let fixed = [
+            vec![
+                compare(binary(column("b"), Operator::Lt, lit(10), &schema).unwrap()),
+                binary(column("a"), Operator::Lt, lit(10), &schema).unwrap(),
+            ],
+            vec![
+                compare(binary(column("b"), Operator::Lt, lit(10), &schema).unwrap()),
+                compare(binary(plus, Operator::Lt, lit(10), &schema).unwrap()),
+            ],
+        ];
+        for conjuncts in fixed {
+            assert!(
+                !ConjunctionExpr::from_conjuncts(conjuncts)
+                    .unwrap()
+                    .reorderable
+            );
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
-use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
@@ -167,6 +167,13 @@ impl LiteralCompareExpr {
             literal_left,
             kernel,
         })
+    }
+}
+
+impl LiteralCompareExpr {
+    /// Whether the compared value is a column as it is (so evaluating this cannot fail).
+    pub fn compares_a_column(&self) -> bool {
+        self.value.downcast_ref::<Column>().is_some()
     }
 }
 
