@@ -202,8 +202,9 @@ impl ConjunctionExpr {
                 let bytes: usize = (self.stages[index].reads.iter())
                     .filter(|column| !read.contains(column))
                     .map(|&column| {
-                        let data_type = schema.field(column).data_type();
-                        data_type.primitive_width().unwrap_or(16)
+                        (schema.fields().get(column))
+                            .and_then(|field| field.data_type().primitive_width())
+                            .unwrap_or(16)
                     })
                     .sum();
                 if bytes == 0 {
