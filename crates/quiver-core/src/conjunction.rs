@@ -567,6 +567,26 @@ mod tests {
         mask(chain.evaluate(batch).unwrap(), batch.num_rows()).unwrap()
     }
 
+    /// `ours` over `data`, and the columns it read in order, each with the number of rows
+    /// it read (`None`: all).
+    fn evaluate_reading(
+        ours: &ConjunctionExpr,
+        data: &RecordBatch,
+    ) -> (BooleanArray, Vec<(usize, Option<usize>)>) {
+        let mut reads = Vec::new();
+        let got = ours
+            .evaluate_lazily(&data.schema(), data.num_rows(), |index, rows| {
+                reads.push((index, rows.map(|r| r.mask.true_count())));
+                let array = data.column(index);
+                Ok(match rows {
+                    None => Arc::clone(array),
+                    Some(rows) => rows.predicate.filter(array).unwrap(),
+                })
+            })
+            .unwrap();
+        (got, reads)
+    }
+
     #[test]
     fn equals_the_and_chain_at_every_selectivity() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -632,17 +652,7 @@ mod tests {
         ];
         let ours = ConjunctionExpr::from_conjuncts(conjuncts.clone()).unwrap();
         let first = reference(&conjuncts[..1], &data).true_count();
-        let mut reads = Vec::new();
-        let got = ours
-            .evaluate_lazily(&schema, data.num_rows(), |index, rows| {
-                reads.push((index, rows.map(|r| r.mask.true_count())));
-                let array = data.column(index);
-                Ok(match rows {
-                    None => Arc::clone(array),
-                    Some(rows) => rows.predicate.filter(array).unwrap(),
-                })
-            })
-            .unwrap();
+        let (got, reads) = evaluate_reading(&ours, &data);
         assert_eq!(got, reference(&conjuncts, &data));
         let (b, c, a) = (2, 3, 1);
         assert_eq!(reads[0], (b, None));
@@ -678,19 +688,9 @@ mod tests {
         assert!(ConjunctionExpr::from_conjuncts(tests).unwrap().reorderable);
         let mut first_reads = Vec::new();
         for _ in 0..3 {
-            let mut reads = Vec::new();
-            let got = ours
-                .evaluate_lazily(&schema, data.num_rows(), |index, rows| {
-                    reads.push(index);
-                    let array = data.column(index);
-                    Ok(match rows {
-                        None => Arc::clone(array),
-                        Some(rows) => rows.predicate.filter(array).unwrap(),
-                    })
-                })
-                .unwrap();
+            let (got, reads) = evaluate_reading(&ours, &data);
             assert_eq!(got, reference(&conjuncts, &data));
-            first_reads.push(reads[0]);
+            first_reads.push(reads[0].0);
         }
         // Until every stage ran: as written (pad is column 0); then b (column 2) first.
         assert_eq!(first_reads, vec![0, 2, 2]);
