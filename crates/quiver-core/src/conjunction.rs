@@ -30,9 +30,9 @@ use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result};
-use datafusion::logical_expr::ColumnarValue;
+use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::expressions::{
-    Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal,
+    BinaryExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, Literal,
 };
 use datafusion::physical_expr::split_conjunction;
 use datafusion::physical_expr::utils::collect_columns;
@@ -317,11 +317,16 @@ impl ConjunctionExpr {
     }
 }
 
-/// Whether `expr` tests a column against literals (`c <op> literal`, `c [NOT] IN (literals)`,
-/// `c IS [NOT] NULL`): it cannot fail, and does not read another column.
+/// Whether `expr` tests columns against literals (`c <op> literal`, `c [NOT] IN (literals)`,
+/// `c IS [NOT] NULL`, and ORs of those, as DataFusion plans a short IN list): it cannot fail.
 fn tests_a_column(expr: &Arc<dyn PhysicalExpr>) -> bool {
     if let Some(compare) = expr.downcast_ref::<LiteralCompareExpr>() {
         return compare.compares_a_column();
+    }
+    if let Some(binary) = expr.downcast_ref::<BinaryExpr>() {
+        return *binary.op() == Operator::Or
+            && tests_a_column(binary.left())
+            && tests_a_column(binary.right());
     }
     let is_column = |expr: &Arc<dyn PhysicalExpr>| expr.downcast_ref::<Column>().is_some();
     if let Some(in_list) = expr.downcast_ref::<InListExpr>() {
@@ -684,7 +689,14 @@ mod tests {
         )
         .unwrap();
         let null = datafusion::physical_expr::expressions::is_null(column("c")).unwrap();
-        let tests = vec![Arc::clone(&conjuncts[0]), listed, null];
+        let either = binary(
+            compare(binary(column("a"), Operator::Eq, lit(1), &schema).unwrap()),
+            Operator::Or,
+            compare(binary(column("a"), Operator::Eq, lit(6), &schema).unwrap()),
+            &schema,
+        )
+        .unwrap();
+        let tests = vec![Arc::clone(&conjuncts[0]), listed, null, either];
         assert!(ConjunctionExpr::from_conjuncts(tests).unwrap().reorderable);
         let mut first_reads = Vec::new();
         for _ in 0..3 {
