@@ -32,10 +32,10 @@ use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
 /// Rows ahead whose table slot is prefetched.
-const SLOT_AHEAD: usize = 16;
+const SLOT_AHEAD: usize = 32;
 /// Rows ahead whose stored key bytes are prefetched (their slot was asked for
 /// `SLOT_AHEAD - BYTES_AHEAD` rows before).
-const BYTES_AHEAD: usize = 8;
+const BYTES_AHEAD: usize = 16;
 
 /// The table's hash: its own seed, unlike the radix buckets' and DataFusion's.
 const SEED: RandomState = RandomState::with_seed(0x7374_7269_6e67_6b65);
@@ -114,6 +114,8 @@ impl StringGroupValues {
     ) -> Result<()> {
         groups.clear();
         groups.reserve(rows);
+        // The last non-NULL row's hash, group and bytes.
+        let mut previous: Option<(u64, usize, &[u8])> = None;
         for i in 0..rows {
             let mask = self.slots.len() - 1;
             if let Some(&ahead) = self.hashes.get(i + SLOT_AHEAD) {
@@ -143,7 +145,14 @@ impl StringGroupValues {
                 continue;
             };
             let hash = self.hashes.get(i).copied().unwrap_or_default();
-            groups.push(self.find_or_insert(hash, key)?);
+            // A key repeating the row before's (runs of one value, the empty string that
+            // most rows of a sparse column hold) takes its group without a probe.
+            let group = match previous {
+                Some((before, group, bytes)) if before == hash && same_bytes(bytes, key) => group,
+                _ => self.find_or_insert(hash, key)?,
+            };
+            previous = Some((hash, group, key));
+            groups.push(group);
         }
         Ok(())
     }
@@ -158,7 +167,8 @@ impl StringGroupValues {
             }
             if slot.hash == hash && slot.len as usize == key.len() {
                 let start = slot.start as usize;
-                if self.arena.get(start..start + key.len()) == Some(key) {
+                let stored = self.arena.get(start..start + key.len());
+                if stored.is_some_and(|stored| same_bytes(stored, key)) {
                     return Ok(slot.group as usize - 1);
                 }
             }
@@ -418,6 +428,23 @@ impl GroupValues for StringGroupValues {
     }
 }
 
+/// Whether two keys are the same bytes. A key of up to 16 bytes (the empty string, words,
+/// most phrases) is compared in two overlapping word loads: `==` on slices calls `memcmp`,
+/// whose call and set-up cost more than the compare (a fifth of
+/// `COUNT(DISTINCT SearchPhrase)`'s time, 85% of whose keys are empty, went to it).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    match a.len() {
+        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..=7 => a.first_chunk::<4>() == b.first_chunk() && a.last_chunk::<4>() == b.last_chunk(),
+        8..=16 => a.first_chunk::<8>() == b.first_chunk() && a.last_chunk::<8>() == b.last_chunk(),
+        _ => a == b,
+    }
+}
+
 /// Puts `slot` in the first empty slot from its hash's (`slots` is a power of two long and
 /// has an empty slot).
 fn place(slots: &mut [Slot], slot: Slot) {
@@ -487,6 +514,27 @@ mod tests {
         assert_eq!(single_key(&schema).as_ref(), Some(data_type));
         let theirs = new_group_values(Arc::new(schema), &GroupOrdering::None).unwrap();
         (StringGroupValues::new(data_type.clone(), 0), theirs)
+    }
+
+    /// Every length on each side of the word-load cases: equal keys match, and a key that
+    /// differs in any one byte does not.
+    #[test]
+    fn same_bytes_compares_every_byte_of_every_length() {
+        for len in 0..40 {
+            let a: Vec<u8> = (0..len).map(|i| i as u8 * 7 + 1).collect();
+            assert!(same_bytes(&a, &a.clone()), "len {len}");
+            for at in 0..len {
+                let mut b = a.clone();
+                b[at] ^= 0x80;
+                assert!(!same_bytes(&a, &b), "len {len}, byte {at}");
+            }
+            // A key and its own prefix: equal in every byte the shorter has.
+            let longer = [a.as_slice(), &[a.last().copied().unwrap_or(1)]].concat();
+            assert!(
+                !same_bytes(&a, &longer) && !same_bytes(&longer, &a),
+                "len {len}"
+            );
+        }
     }
 
     /// Same group ids as DataFusion's table (both number groups as first seen) and the same
