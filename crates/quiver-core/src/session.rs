@@ -9,7 +9,8 @@ use datafusion::catalog::{
     CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::Optimizer;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::execute_stream;
@@ -269,7 +270,7 @@ impl Session {
         let external = options.external;
         let params = options.params;
         // Dropped at the end of this function: the plan holds the providers from then on.
-        let (plan, _registrations) = match crate::narrow::query_words(&inner, words) {
+        let (plan, _registrations, state) = match crate::narrow::query_words(&inner, words) {
             Some(words) if external.is_some() => {
                 match self
                     .plan(inner.clone(), external, params.clone(), Some(words))
@@ -285,16 +286,31 @@ impl Session {
             }
             _ => self.plan(inner, external, params, None).await?,
         };
-        let frame = self
-            .ctx
-            .execute_logical_plan(plan)
-            .await
-            .map_err(QuiverError::from)?;
-        let task = frame.task_ctx();
-        let physical = frame
-            .create_physical_plan()
-            .await
-            .map_err(QuiverError::from)?;
+        let (physical, task) = match plan {
+            // DDL and SET take effect in the context, which runs them.
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
+                let frame = self
+                    .ctx
+                    .execute_logical_plan(plan)
+                    .await
+                    .map_err(QuiverError::from)?;
+                let task = frame.task_ctx();
+                let physical = frame
+                    .create_physical_plan()
+                    .await
+                    .map_err(QuiverError::from)?;
+                (physical, task)
+            }
+            // Anything else is planned in the state it was planned from, as the context
+            // would in a copy of it (a copy of a SessionState costs ~18 us).
+            plan => {
+                let physical = state
+                    .create_physical_plan(&plan)
+                    .await
+                    .map_err(QuiverError::from)?;
+                (physical, TaskContext::from(&state))
+            }
+        };
         let task = match key_list_config(&physical, task.session_config()) {
             Some(config) => task.with_session_config(config),
             None => task,
@@ -314,14 +330,15 @@ impl Session {
     }
 
     /// The logical plan of `statement`, with the external tables it registered (narrowed to
-    /// `narrow`'s words when given), which must outlive planning.
+    /// `narrow`'s words when given), which must outlive planning, and the state it was
+    /// planned in.
     async fn plan(
         &self,
         mut statement: DFStatement,
         external: Option<&dyn crate::external::ExternalTables>,
         params: Option<datafusion::common::ParamValues>,
         narrow: Option<std::collections::HashSet<String>>,
-    ) -> Result<(datafusion::logical_expr::LogicalPlan, Registrations)> {
+    ) -> Result<(LogicalPlan, Registrations, SessionState)> {
         let external_schema = self
             .ctx
             .catalog(DEFAULT_CATALOG)
@@ -341,7 +358,7 @@ impl Session {
         let plan = quiver_postgres::pushdown::push_joins(plan)
             .await
             .map_err(QuiverError::from)?;
-        Ok((plan, registrations))
+        Ok((plan, registrations, state))
     }
 
     /// DataFusion turns any error of a schema's `deregister_table` into "doesn't exist" (and
