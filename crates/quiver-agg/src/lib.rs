@@ -40,3 +40,16 @@ pub use exec::SmallKeyAggregateExec;
 pub use frozen_keys::{FrozenKeysExec, FrozenKeysRule};
 pub use radix::RadixAggregateExec;
 pub use rule::{RadixAggregateRule, SmallKeyAggregateRule, DEFAULT_MAX_SLOTS};
+
+/// Asks for the cache line at `at`; any address may be given (a prefetch never faults).
+#[inline(always)]
+pub fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: a prefetch is a hint; it reads nothing and faults on no address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}

@@ -31,6 +31,8 @@ use datafusion::common::{internal_err, Result};
 use datafusion::logical_expr::EmitTo;
 use datafusion::physical_plan::aggregates::group_values::GroupValues;
 
+use crate::prefetch;
+
 /// Rows ahead whose table slot is prefetched.
 const SLOT_AHEAD: usize = 32;
 /// Rows ahead whose stored key bytes are prefetched (their slot was asked for
@@ -454,19 +456,6 @@ fn place(slots: &mut [Slot], slot: Slot) {
         at = (at + 1) & mask;
     }
     slots[at] = slot;
-}
-
-/// Asks for the cache line at `at`; any address may be given (a prefetch never faults).
-#[inline(always)]
-fn prefetch<T>(at: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch is a hint; it reads nothing and faults on no address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 #[cfg(test)]
