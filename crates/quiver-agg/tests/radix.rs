@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray};
+use arrow::array::{
+    ArrayRef, BinaryViewArray, BooleanArray, Float64Array, Int64Array, StringArray, StringViewArray,
+};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
@@ -309,6 +311,71 @@ fn skewed_keys(
             ))
         }
     })
+}
+
+/// Three partitions of about `rows` rows: `k` in `0..keys`, and `s` and `b` string and
+/// binary views of `k`, a third of them short enough to be held in the view (12 bytes or
+/// fewer), the others not; `null_rate` of `s` and `b` NULL.
+fn view_keys(rows: usize, keys: i64, null_rate: f64) -> (Arc<Schema>, Vec<Vec<RecordBatch>>) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("s", DataType::Utf8View, true),
+        Field::new("b", DataType::BinaryView, true),
+    ]));
+    let mut rng = StdRng::seed_from_u64(12);
+    let batch = |rng: &mut StdRng| {
+        let k: Vec<i64> = (0..8192).map(|_| rng.random_range(0..keys)).collect();
+        let s: StringViewArray = k
+            .iter()
+            .map(|&k| {
+                let long = format!("https://example.com/\u{e9}t\u{e9}/{k:016}");
+                (!rng.random_bool(null_rate)).then(|| if k % 3 == 0 { k.to_string() } else { long })
+            })
+            .collect();
+        let b: BinaryViewArray = k
+            .iter()
+            .map(|&k| {
+                let bytes = format!("{:x}", k * 7919).repeat(k as usize % 4 + 1);
+                (!rng.random_bool(null_rate)).then(|| bytes.into_bytes())
+            })
+            .collect();
+        let columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(k)), Arc::new(s), Arc::new(b)];
+        RecordBatch::try_new(Arc::clone(&schema), columns).expect("batch")
+    };
+    let partitions = (0..3)
+        .map(|_| (0..rows.div_ceil(8192)).map(|_| batch(&mut rng)).collect())
+        .collect();
+    (schema, partitions)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn view_keys_are_partitioned_with_their_bytes_and_match() {
+    // Without NULLs the views are scattered with their bytes copied into bucket order; with
+    // them they are gathered. Either way every partition switches, and the answers are
+    // DataFusion's.
+    let keys = 4 * SWITCH_GROUPS as i64;
+    for null_rate in [0.0, 0.05] {
+        let (schema, data) = view_keys(3 * SWITCH_GROUPS, keys, null_rate);
+        let hash = context_over(Arc::clone(&schema), &data, false, None);
+        let radix = context_over(Arc::clone(&schema), &data, true, None);
+        for sql in [
+            "SELECT s, count(*) AS c, min(k) AS lo FROM t GROUP BY s ORDER BY s",
+            "SELECT b, sum(k) AS total FROM t GROUP BY b ORDER BY b",
+            "SELECT k % 100 AS m, s, b, count(*) AS c FROM t GROUP BY m, s, b ORDER BY m, s, b",
+        ] {
+            let (_, expected) = plan_and_run(&hash, sql).await;
+            let (plan, actual) = plan_and_run(&radix, sql).await;
+            let (switched, inputs) = switches(&plan);
+            assert_eq!(switched, inputs, "{sql} (NULLs {null_rate})");
+            assert_eq!(
+                pretty_format_batches(&actual).expect("format").to_string(),
+                pretty_format_batches(&expected)
+                    .expect("format")
+                    .to_string(),
+                "{sql} (NULLs {null_rate})"
+            );
+        }
+    }
 }
 
 /// How many input partitions of `GROUP BY u` over `partitions` switched to buckets, and how
