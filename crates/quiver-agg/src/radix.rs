@@ -39,7 +39,7 @@ use arrow::array::{
     make_array, new_empty_array, Array, ArrayData, ArrayRef, AsArray, ByteView,
     GenericByteViewArray, OffsetSizeTrait, RecordBatch, MAX_INLINE_VIEW_LEN,
 };
-use arrow::buffer::{Buffer, ScalarBuffer};
+use arrow::buffer::{Buffer, NullBuffer, ScalarBuffer};
 use arrow::compute::interleave;
 use arrow::datatypes::{
     ArrowNativeType, BinaryViewType, ByteViewType, DataType, Schema, SchemaRef, StringViewType,
@@ -639,9 +639,10 @@ fn bucket_order(
     scatter_by(rows, bucket_of, starts)
 }
 
-/// A fixed-width column without NULLs written straight into bucket order: one pass over the
-/// values and no `(batch, row)` index to read, where `interleave` gathers through one per row
-/// (ClickBench Q32: 5M rows of four integer columns). None for other columns.
+/// A fixed-width column written straight into bucket order: one pass over the values and no
+/// `(batch, row)` index to read, where `interleave` gathers through one per row (ClickBench
+/// Q32: 5M rows of four integer columns); its NULLs, if any, scattered the same way. String
+/// and binary views are moved with their bytes ([`scatter_views`]). None for other columns.
 fn scatter(
     arrays: &[&dyn Array],
     bucket_of: &[u8],
@@ -650,41 +651,66 @@ fn scatter(
     let Some(data_type) = arrays.first().map(|a| a.data_type()) else {
         return Ok(None);
     };
-    if arrays.iter().any(|a| a.null_count() > 0) {
+    let scattered = match data_type {
+        DataType::Utf8View | DataType::BinaryView => true,
+        // 16-byte types are left to `interleave`: their buffers need not be 16-byte aligned.
+        _ => data_type.is_primitive() && matches!(data_type.primitive_width(), Some(1 | 2 | 4 | 8)),
+    };
+    if !scattered {
         return Ok(None);
     }
-    match data_type {
-        DataType::Utf8View => return scatter_views::<StringViewType>(arrays, bucket_of, starts),
-        DataType::BinaryView => return scatter_views::<BinaryViewType>(arrays, bucket_of, starts),
-        _ if !data_type.is_primitive() => return Ok(None),
-        _ => {}
-    }
-    // 16-byte types are left to `interleave`: their buffers need not be 16-byte aligned.
-    let values = match data_type.primitive_width() {
-        Some(1) => scatter_values::<u8>(arrays, bucket_of, starts)?,
-        Some(2) => scatter_values::<u16>(arrays, bucket_of, starts)?,
-        Some(4) => scatter_values::<u32>(arrays, bucket_of, starts)?,
-        Some(8) => scatter_values::<u64>(arrays, bucket_of, starts)?,
-        _ => return Ok(None),
+    let nulls = scatter_nulls(arrays, bucket_of, starts)?;
+    let values = match data_type {
+        DataType::Utf8View => {
+            return scatter_views::<StringViewType>(arrays, bucket_of, starts, nulls)
+        }
+        DataType::BinaryView => {
+            return scatter_views::<BinaryViewType>(arrays, bucket_of, starts, nulls)
+        }
+        _ => match data_type.primitive_width() {
+            Some(1) => scatter_values::<u8>(arrays, bucket_of, starts)?,
+            Some(2) => scatter_values::<u16>(arrays, bucket_of, starts)?,
+            Some(4) => scatter_values::<u32>(arrays, bucket_of, starts)?,
+            Some(8) => scatter_values::<u64>(arrays, bucket_of, starts)?,
+            _ => return Ok(None),
+        },
     };
     let data = ArrayData::builder(data_type.clone())
         .len(bucket_of.len())
         .add_buffer(values)
+        .nulls(nulls)
         .build()?;
     Ok(Some(make_array(data)))
 }
 
-/// A string or binary view column without NULLs moved into bucket order *with its bytes*:
+/// The validity of `arrays`' rows in bucket order; None when no row is NULL.
+fn scatter_nulls(
+    arrays: &[&dyn Array],
+    bucket_of: &[u8],
+    starts: &[usize; BUCKETS],
+) -> Result<Option<NullBuffer>> {
+    if arrays.iter().all(|a| a.null_count() == 0) {
+        return Ok(None);
+    }
+    let valid = arrays
+        .iter()
+        .map(|a| (0..a.len()).map(move |row| a.is_valid(row)));
+    let valid = scatter_by(valid, bucket_of, starts)?;
+    Ok(Some(NullBuffer::from(valid)))
+}
+
+/// A string or binary view column moved into bucket order *with its bytes*:
 /// values longer than a view's 12 inline bytes are copied into one new buffer, bucket after
 /// bucket, so phase 2 reads a bucket's bytes in order. `interleave` would reorder only the
 /// views, leaving phase 2's hashing and comparing to jump about the batches the values were
 /// decoded into, a cache miss a row (ClickBench Q39, `GROUP BY ..., Referer, URL`: 22% of
 /// the query's samples hashing URLs, three quarters of them on the load of the last bytes).
-/// None when the bytes do not fit a view's 32-bit offset.
+/// `nulls` is the column's validity in bucket order; a NULL row's view becomes an empty one. None when the bytes do not fit a view's 32-bit offset.
 fn scatter_views<T: ByteViewType>(
     arrays: &[&dyn Array],
     bucket_of: &[u8],
     starts: &[usize; BUCKETS],
+    nulls: Option<NullBuffer>,
 ) -> Result<Option<ArrayRef>> {
     let Some(arrays) = arrays
         .iter()
@@ -700,9 +726,9 @@ fn scatter_views<T: ByteViewType>(
     let mut long_bytes = [0usize; BUCKETS];
     let mut buckets = bucket_of.iter();
     for array in &arrays {
-        for (&view, &bucket) in array.views().iter().zip(&mut buckets) {
+        for (row, (&view, &bucket)) in array.views().iter().zip(&mut buckets).enumerate() {
             let len = view as u32 as usize;
-            if len > MAX_INLINE_VIEW_LEN as usize {
+            if len > MAX_INLINE_VIEW_LEN as usize && array.is_valid(row) {
                 long_bytes[bucket as usize] += len;
             }
         }
@@ -726,7 +752,12 @@ fn scatter_views<T: ByteViewType>(
     let mut moved = Vec::with_capacity(bucket_of.len());
     for array in &arrays {
         let buffers = array.data_buffers();
-        for (&view, &bucket) in array.views().iter().zip(&mut buckets) {
+        for (row, (&view, &bucket)) in array.views().iter().zip(&mut buckets).enumerate() {
+            // A NULL's view may hold anything: it becomes an empty inline one.
+            if array.is_null(row) {
+                moved.push(0);
+                continue;
+            }
             let len = view as u32 as usize;
             if len <= MAX_INLINE_VIEW_LEN as usize {
                 moved.push(view);
@@ -765,11 +796,15 @@ fn scatter_views<T: ByteViewType>(
     } else {
         vec![Buffer::from_vec(data)]
     };
+    if nulls.as_ref().is_some_and(|n| n.len() != views.len()) {
+        return internal_err!("radix aggregation: bucket count mismatch");
+    }
     // SAFETY: every view is one of a valid `T` array's views, unchanged but for where a long
     // value's bytes are: the same bytes (so still valid UTF-8 for strings) copied to `offset`
-    // of buffer 0, inside it (`data.get_mut` above checked the range).
+    // of buffer 0, inside it (`data.get_mut` above checked the range); or, for a NULL, an
+    // empty inline view. `nulls` has a bit per view (checked above).
     let array = unsafe {
-        GenericByteViewArray::<T>::new_unchecked(ScalarBuffer::from(views), buffers, None)
+        GenericByteViewArray::<T>::new_unchecked(ScalarBuffer::from(views), buffers, nulls)
     };
     Ok(Some(Arc::new(array)))
 }

@@ -172,15 +172,16 @@ async fn few_keys_stay_in_one_table_and_match() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_keys_switch_to_buckets_and_match() {
-    // Every partition passes the switch point, so rows are partitioned and table states merged.
+    // Every partition passes the switch point, so rows are partitioned and table states merged;
+    // the integer and float columns are scattered with their NULLs.
     let keys = 4 * SWITCH_GROUPS as i64;
     check(partitions(2, 3 * SWITCH_GROUPS, keys, 0.05), "many keys").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_keys_without_nulls_are_scattered_and_match() {
-    // Without NULLs the integer and float columns are scattered into bucket order while the
-    // strings and booleans are gathered; phase-2 tables are emptied between buckets.
+    // The integer and float columns are scattered into bucket order while the strings (Utf8)
+    // and booleans are gathered; phase-2 tables are emptied between buckets.
     let keys = 4 * SWITCH_GROUPS as i64;
     check(
         partitions(4, 3 * SWITCH_GROUPS, keys, 0.0),
@@ -350,9 +351,8 @@ fn view_keys(rows: usize, keys: i64, null_rate: f64) -> (Arc<Schema>, Vec<Vec<Re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn view_keys_are_partitioned_with_their_bytes_and_match() {
-    // Without NULLs the views are scattered with their bytes copied into bucket order; with
-    // them they are gathered. Either way every partition switches, and the answers are
-    // DataFusion's.
+    // The views are scattered with their bytes copied into bucket order, with their NULLs
+    // and without; every partition switches, and the answers are DataFusion's.
     let keys = 4 * SWITCH_GROUPS as i64;
     for null_rate in [0.0, 0.05] {
         let (schema, data) = view_keys(3 * SWITCH_GROUPS, keys, null_rate);
