@@ -586,12 +586,7 @@ fn partition(
             bucket_of.push(bucket);
         }
     }
-    let mut starts = [0usize; BUCKETS];
-    let mut at = 0;
-    for (start, &count) in starts.iter_mut().zip(&counts) {
-        *start = at;
-        at += count;
-    }
+    let starts = run_starts(&counts);
     let columns = batches[0].len();
     let mut gathered = Vec::with_capacity(columns);
     // Row order for the columns that cannot be scattered, made when the first needs it.
@@ -651,22 +646,16 @@ fn scatter(
     let Some(data_type) = arrays.first().map(|a| a.data_type()) else {
         return Ok(None);
     };
-    let scattered = match data_type {
-        DataType::Utf8View | DataType::BinaryView => true,
-        // 16-byte types are left to `interleave`: their buffers need not be 16-byte aligned.
-        _ => data_type.is_primitive() && matches!(data_type.primitive_width(), Some(1 | 2 | 4 | 8)),
-    };
-    if !scattered {
-        return Ok(None);
-    }
-    let nulls = scatter_nulls(arrays, bucket_of, starts)?;
+    let nulls = || scatter_nulls(arrays, bucket_of, starts);
     let values = match data_type {
         DataType::Utf8View => {
-            return scatter_views::<StringViewType>(arrays, bucket_of, starts, nulls)
+            return scatter_views::<StringViewType>(arrays, bucket_of, starts, nulls()?)
         }
         DataType::BinaryView => {
-            return scatter_views::<BinaryViewType>(arrays, bucket_of, starts, nulls)
+            return scatter_views::<BinaryViewType>(arrays, bucket_of, starts, nulls()?)
         }
+        _ if !data_type.is_primitive() => return Ok(None),
+        // 16-byte types are left to `interleave`: their buffers need not be 16-byte aligned.
         _ => match data_type.primitive_width() {
             Some(1) => scatter_values::<u8>(arrays, bucket_of, starts)?,
             Some(2) => scatter_values::<u16>(arrays, bucket_of, starts)?,
@@ -678,7 +667,7 @@ fn scatter(
     let data = ArrayData::builder(data_type.clone())
         .len(bucket_of.len())
         .add_buffer(values)
-        .nulls(nulls)
+        .nulls(nulls()?)
         .build()?;
     Ok(Some(make_array(data)))
 }
@@ -699,13 +688,14 @@ fn scatter_nulls(
     Ok(Some(NullBuffer::from(valid)))
 }
 
-/// A string or binary view column moved into bucket order *with its bytes*:
-/// values longer than a view's 12 inline bytes are copied into one new buffer, bucket after
-/// bucket, so phase 2 reads a bucket's bytes in order. `interleave` would reorder only the
-/// views, leaving phase 2's hashing and comparing to jump about the batches the values were
-/// decoded into, a cache miss a row (ClickBench Q39, `GROUP BY ..., Referer, URL`: 22% of
-/// the query's samples hashing URLs, three quarters of them on the load of the last bytes).
-/// `nulls` is the column's validity in bucket order; a NULL row's view becomes an empty one. None when the bytes do not fit a view's 32-bit offset.
+/// A string or binary view column moved into bucket order *with its bytes*: values longer
+/// than a view's 12 inline bytes are copied into one new buffer, bucket after bucket, so phase
+/// 2 reads a bucket's bytes in order. `interleave` would reorder only the views, leaving phase
+/// 2's hashing and comparing to jump about the batches the values were decoded into, a cache
+/// miss a row (ClickBench Q39, `GROUP BY ..., Referer, URL`: 22% of the query's samples
+/// hashing URLs, three quarters of them on the load of the last bytes). `nulls` is the
+/// column's validity in bucket order; a NULL row's view becomes an empty one. None when the
+/// bytes do not fit a view's 32-bit offset.
 fn scatter_views<T: ByteViewType>(
     arrays: &[&dyn Array],
     bucket_of: &[u8],
@@ -737,15 +727,8 @@ fn scatter_views<T: ByteViewType>(
     if u32::try_from(total).is_err() {
         return Ok(None);
     }
-    let mut byte_at = [0usize; BUCKETS];
-    let mut at = 0;
-    for (start, &bytes) in byte_at.iter_mut().zip(&long_bytes) {
-        *start = at;
-        at += bytes;
-    }
-    // Where each bucket's bytes must end once all are copied: the next bucket's start.
-    let mut byte_ends = [total; BUCKETS];
-    byte_ends[..BUCKETS - 1].copy_from_slice(&byte_at[1..]);
+    let byte_starts = run_starts(&long_bytes);
+    let mut byte_at = byte_starts;
     let mut data = vec![0u8; total];
     // Pass 2: each view to its bucket's next slot, its long bytes to its bucket's next bytes.
     let mut buckets = bucket_of.iter();
@@ -787,7 +770,7 @@ fn scatter_views<T: ByteViewType>(
             *at += len;
         }
     }
-    if byte_at != byte_ends {
+    if !runs_filled(&byte_at, &byte_starts, total) {
         return internal_err!("radix aggregation: bucket bytes mismatch");
     }
     let views = scatter_by(std::iter::once(moved.into_iter()), bucket_of, starts)?;
@@ -847,15 +830,32 @@ fn scatter_by<T: Copy, C: ExactSizeIterator<Item = T>>(
         }
     }
     // As many rows as slots (checked above), and each bucket's cursor moved one slot per row
-    // from its start: ending at the next bucket's start (the last at `total`) means every slot
-    // of `0..total` was written once.
-    let ends = starts.iter().skip(1).copied().chain([total]);
-    if next.iter().copied().ne(ends) {
+    // from its start: ending at the next bucket's start means every slot of `0..total` was
+    // written once.
+    if !runs_filled(&next, starts, total) {
         return internal_err!("radix aggregation: bucket count mismatch");
     }
     // SAFETY: the capacity is `total`, and the check above proves slots `0..total` initialised.
     unsafe { out.set_len(total) };
     Ok(out)
+}
+
+/// Where each bucket's run starts when the runs, of `sizes`, follow one another in bucket order.
+fn run_starts(sizes: &[usize; BUCKETS]) -> [usize; BUCKETS] {
+    let mut starts = [0usize; BUCKETS];
+    let mut at = 0;
+    for (start, &size) in starts.iter_mut().zip(sizes) {
+        *start = at;
+        at += size;
+    }
+    starts
+}
+
+/// Whether every bucket's cursor, started at its run's start in `starts`, ended where the
+/// next run starts (the last at `total`): each run was filled exactly.
+fn runs_filled(cursors: &[usize; BUCKETS], starts: &[usize; BUCKETS], total: usize) -> bool {
+    let ends = starts.iter().skip(1).copied().chain([total]);
+    cursors.iter().copied().eq(ends)
 }
 
 /// Phase 2: aggregates whole buckets, in order, into one table, evaluating and emptying it at

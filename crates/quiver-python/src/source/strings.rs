@@ -247,7 +247,7 @@ pub fn decode(
 /// decode ~10, so about ten must be on their way at once.
 const OBJECTS_AHEAD: usize = 16;
 
-/// Asks for the two cache lines of the object `AHEAD` places after `index`: the header, and
+/// Asks for the two cache lines of the object [`OBJECTS_AHEAD`] places after `index`: the header, and
 /// the characters of a string up to ~90 bytes long.
 #[inline(always)]
 fn prefetch_ahead(objects: &[usize], index: usize) {
