@@ -240,40 +240,68 @@ fn compare_values<T: Copy + PartialOrd>(
     })
 }
 
-/// One bit per value: `holds(value)`. Each 64 values are tested into 64 bytes, which the
-/// compiler does a register of values at a time, and then packed into one word.
+/// One bit per value: `holds(value)`. Each 64 values are tested into 64 bytes (0 or 0xFF),
+/// which the compiler does a register of values at a time, and then packed into one word. The
+/// bytes are a new array per word: one array reused across words was copied through the stack
+/// twice a word, and the 32-byte loads of [`pack_movemask`] then waited on the 16-byte stores.
 #[inline(always)]
 fn bits<T: Copy>(values: &[T], holds: impl Fn(T) -> bool) -> BooleanBuffer {
     let mut words = Vec::with_capacity(values.len().div_ceil(64));
     let mut chunks = values.chunks_exact(64);
-    let mut bytes = [0u8; 64];
     for chunk in &mut chunks {
-        for (byte, &value) in bytes.iter_mut().zip(chunk) {
-            *byte = u8::from(holds(value));
-        }
+        let bytes: [u8; 64] = std::array::from_fn(|i| 0u8.wrapping_sub(u8::from(holds(chunk[i]))));
         words.push(pack(&bytes));
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        bytes = [0u8; 64];
+        let mut bytes = [0u8; 64];
         for (byte, &value) in bytes.iter_mut().zip(rest) {
-            *byte = u8::from(holds(value));
+            *byte = 0u8.wrapping_sub(u8::from(holds(value)));
         }
         words.push(pack(&bytes));
     }
     BooleanBuffer::new(Buffer::from_vec(words), 0, values.len())
 }
 
-/// 64 bytes of 0 or 1 as the bits of one word, byte `i` at bit `i`. Eight bytes read as a
-/// little-endian word hold byte `k` at bit `8k`; multiplying by `0x0102040810204080` adds
-/// byte `k` at bit `56 + k` (and elsewhere below bit 56, where no two terms meet, so
-/// nothing carries), so the top byte is the eight bits in order.
+/// 64 bytes of 0 or 0xFF as the bits of one word, byte `i` at bit `i`.
 #[inline(always)]
 fn pack(bytes: &[u8; 64]) -> u64 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    return pack_movemask(bytes);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx2")))]
+    pack_multiply(bytes)
+}
+
+/// [`pack`] by `vpmovmskb`, which gathers the top bits of 32 bytes. ClickBench's
+/// `count(*) ... WHERE AdvEngineID <> 0` over a DataFrame is mostly this compare-and-pack of
+/// an int16 column: with [`pack_multiply`] it was 41% of the query's samples, with this 29%.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+#[inline(always)]
+fn pack_movemask(bytes: &[u8; 64]) -> u64 {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm256_movemask_epi8};
+    let (halves, _) = bytes.as_chunks::<32>();
+    let mut word = 0u64;
+    for (i, half) in halves.iter().enumerate() {
+        // SAFETY: this build's target has AVX2 (the cfg above), and `half` is 32 readable
+        // bytes, loaded unaligned.
+        let mask =
+            unsafe { _mm256_movemask_epi8(_mm256_loadu_si256(half.as_ptr().cast::<__m256i>())) };
+        word |= u64::from(mask as u32) << (32 * i);
+    }
+    word
+}
+
+/// [`pack`] without SIMD. Eight bytes read as a little-endian word, masked to their low bits,
+/// hold byte `k` at bit `8k`; multiplying by `0x0102040810204080` adds byte `k` at bit
+/// `56 + k` (and elsewhere below bit 56, where no two terms meet, so nothing carries), so the
+/// top byte is the eight bits in order.
+#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "avx2"))))]
+#[inline(always)]
+fn pack_multiply(bytes: &[u8; 64]) -> u64 {
     let (eights, _) = bytes.as_chunks::<8>();
     let mut word = 0u64;
     for (i, eight) in eights.iter().enumerate() {
-        let lanes = u64::from_le_bytes(*eight);
+        let lanes = u64::from_le_bytes(*eight) & 0x0101_0101_0101_0101;
         word |= (lanes.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * i);
     }
     word
@@ -587,14 +615,79 @@ mod tests {
 
     #[test]
     fn packing_puts_byte_i_at_bit_i() {
-        for bit in 0..64 {
-            let mut bytes = [0u8; 64];
-            bytes[bit] = 1;
-            assert_eq!(pack(&bytes), 1u64 << bit);
+        let packers: Vec<fn(&[u8; 64]) -> u64> = vec![
+            pack,
+            pack_multiply,
+            #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+            pack_movemask,
+        ];
+        for pack in packers {
+            for bit in 0..64 {
+                let mut bytes = [0u8; 64];
+                bytes[bit] = 0xFF;
+                assert_eq!(pack(&bytes), 1u64 << bit);
+                let mut others = [0xFFu8; 64];
+                others[bit] = 0;
+                assert_eq!(pack(&others), !(1u64 << bit));
+            }
+            assert_eq!(pack(&[0xFF; 64]), u64::MAX);
+            assert_eq!(pack(&[0; 64]), 0);
+            let alternate: [u8; 64] = std::array::from_fn(|i| if i % 2 == 1 { 0xFF } else { 0 });
+            assert_eq!(pack(&alternate), 0xAAAA_AAAA_AAAA_AAAA);
         }
-        assert_eq!(pack(&[1u8; 64]), u64::MAX);
-        let alternate: [u8; 64] = std::array::from_fn(|i| (i % 2) as u8);
-        assert_eq!(pack(&alternate), 0xAAAA_AAAA_AAAA_AAAA);
+    }
+
+    #[test]
+    fn integer_comparisons_match_arrows_kernels() {
+        use datafusion::arrow::array::{Int16Array, Int64Array, UInt8Array};
+        // 1000 rows: 15 whole words and a remainder of 40, values around the literal.
+        let rows = 0..1000i64;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int16Array::from_iter_values(
+                rows.clone().map(|i| (i * 7919 % 13 - 6) as i16),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                rows.clone().map(|i| i * 7919 % 13 - 6),
+            )),
+            Arc::new(UInt8Array::from_iter_values(
+                rows.map(|i| (i * 7919 % 13) as u8),
+            )),
+        ];
+        for array in columns {
+            let schema = Schema::new(vec![Field::new("x", array.data_type().clone(), false)]);
+            let batch =
+                RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::clone(&array)]).unwrap();
+            let literal = ScalarValue::try_from_array(&array, 3).unwrap();
+            for op in [
+                Operator::Eq,
+                Operator::NotEq,
+                Operator::Lt,
+                Operator::LtEq,
+                Operator::Gt,
+                Operator::GtEq,
+            ] {
+                let expr = binary(
+                    col("x", &schema).unwrap(),
+                    op,
+                    lit(literal.clone()),
+                    &schema,
+                )
+                .unwrap();
+                let expected = expr.evaluate(&batch).unwrap().into_array(1000).unwrap();
+                let ours = rewrite(Arc::clone(&expr)).unwrap();
+                assert!(
+                    ours.data.downcast_ref::<LiteralCompareExpr>().is_some(),
+                    "{expr}"
+                );
+                let got = ours
+                    .data
+                    .evaluate(&batch)
+                    .unwrap()
+                    .into_array(1000)
+                    .unwrap();
+                assert_eq!(&got, &expected, "{expr} over {}", array.data_type());
+            }
+        }
     }
 
     #[test]
