@@ -638,59 +638,6 @@ mod tests {
     }
 
     #[test]
-    fn integer_comparisons_match_arrows_kernels() {
-        use datafusion::arrow::array::{Int16Array, Int64Array, UInt8Array};
-        // 1000 rows: 15 whole words and a remainder of 40, values around the literal.
-        let rows = 0..1000i64;
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int16Array::from_iter_values(
-                rows.clone().map(|i| (i * 7919 % 13 - 6) as i16),
-            )),
-            Arc::new(Int64Array::from_iter_values(
-                rows.clone().map(|i| i * 7919 % 13 - 6),
-            )),
-            Arc::new(UInt8Array::from_iter_values(
-                rows.map(|i| (i * 7919 % 13) as u8),
-            )),
-        ];
-        for array in columns {
-            let schema = Schema::new(vec![Field::new("x", array.data_type().clone(), false)]);
-            let batch =
-                RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::clone(&array)]).unwrap();
-            let literal = ScalarValue::try_from_array(&array, 3).unwrap();
-            for op in [
-                Operator::Eq,
-                Operator::NotEq,
-                Operator::Lt,
-                Operator::LtEq,
-                Operator::Gt,
-                Operator::GtEq,
-            ] {
-                let expr = binary(
-                    col("x", &schema).unwrap(),
-                    op,
-                    lit(literal.clone()),
-                    &schema,
-                )
-                .unwrap();
-                let expected = expr.evaluate(&batch).unwrap().into_array(1000).unwrap();
-                let ours = rewrite(Arc::clone(&expr)).unwrap();
-                assert!(
-                    ours.data.downcast_ref::<LiteralCompareExpr>().is_some(),
-                    "{expr}"
-                );
-                let got = ours
-                    .data
-                    .evaluate(&batch)
-                    .unwrap()
-                    .into_array(1000)
-                    .unwrap();
-                assert_eq!(&got, &expected, "{expr} over {}", array.data_type());
-            }
-        }
-    }
-
-    #[test]
     fn a_column_of_another_type_than_the_literal_is_left_to_arrow() {
         // Planned over Int32, evaluated over a batch whose column is Int64 (a rewrite must not
         // read the wrong width); the original comparison decides, here with an error.
