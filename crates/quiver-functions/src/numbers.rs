@@ -27,7 +27,8 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr, PhysicalSortExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::coop::make_cooperative;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -269,7 +270,9 @@ impl NumbersExec {
             Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
-        );
+        )
+        // Its stream yields to the runtime (`make_cooperative`), so an abandoned query stops.
+        .with_scheduling_type(SchedulingType::Cooperative);
         NumbersExec {
             generated,
             start,
@@ -378,10 +381,13 @@ impl ExecutionPlan for NumbersExec {
             };
             Ok(RecordBatch::try_new(Arc::clone(&schema), vec![column])?)
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
+        // Every batch is ready at once: without a yield now and then, a task that aggregates
+        // the numbers never gives its thread back, nor stops when the query is cancelled
+        // (`EnsureCooperative` does not wrap a source under a `CoalescePartitionsExec`).
+        Ok(make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
             futures::stream::iter(batches),
-        )))
+        ))))
     }
 }
 

@@ -19,7 +19,8 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::coop::make_cooperative;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -130,7 +131,9 @@ impl TableProvider for DatasetTable {
             Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
-        );
+        )
+        // Its stream yields to the runtime (`make_cooperative`), so an abandoned query stops.
+        .with_scheduling_type(SchedulingType::Cooperative);
         Ok(Arc::new(DatasetScanExec {
             dataset: Arc::clone(&self.dataset),
             description: self.description.clone(),
@@ -249,10 +252,11 @@ impl ExecutionPlan for DatasetScanExec {
             exposed_batch(&batch_schema, batch)
         });
         let baseline = BaselineMetrics::new(&self.metrics, partition);
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
+        // Yields now and then, as `PythonScanExec`'s stream does.
+        Ok(make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
             schema,
             futures::stream::iter(super::measured(batches, baseline)),
-        )))
+        ))))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

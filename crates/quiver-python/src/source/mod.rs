@@ -34,7 +34,8 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::coop::make_cooperative;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, SchedulingType};
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
 };
@@ -1204,7 +1205,9 @@ impl TableProvider for PythonTable {
             Partitioning::UnknownPartitioning(partitions),
             EmissionType::Incremental,
             Boundedness::Bounded,
-        );
+        )
+        // Its stream yields to the runtime (`make_cooperative`), so an abandoned query stops.
+        .with_scheduling_type(SchedulingType::Cooperative);
         Ok(Arc::new(PythonScanExec {
             inner: Arc::clone(&self.inner),
             projection,
@@ -1448,7 +1451,11 @@ impl ExecutionPlan for PythonScanExec {
                 Box::new(batches)
             };
         let batches = futures::stream::iter(measured(batches, baseline));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
+        // Every batch is ready at once: without a yield now and then, a task that
+        // aggregates the scan never gives its thread back, nor stops when it is aborted.
+        Ok(make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
+            schema, batches,
+        ))))
     }
 
     #[allow(deprecated)] // DataFusion 55 moves this to StatisticsContext.
