@@ -15,6 +15,7 @@ mod args;
 mod output;
 mod progress;
 mod shell;
+mod watch;
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read};

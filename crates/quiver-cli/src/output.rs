@@ -71,7 +71,7 @@ impl Runner {
             };
             let result = tokio::select! {
                 result = self.session.execute(&statement) => result?,
-                _ = tokio::signal::ctrl_c() => return Err(QuiverError::Cancelled),
+                _ = crate::watch::interrupted() => return Err(QuiverError::Cancelled),
             };
             self.drain(result, format, out).await?;
         }
@@ -102,7 +102,7 @@ impl Runner {
             loop {
                 let next = tokio::select! {
                     next = result.next_batch() => next,
-                    _ = tokio::signal::ctrl_c() => return Err(QuiverError::Cancelled),
+                    _ = crate::watch::interrupted() => return Err(QuiverError::Cancelled),
                 };
                 match next {
                     None => break,

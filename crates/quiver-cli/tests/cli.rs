@@ -348,3 +348,44 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn ctrl_c_stops_a_query_that_keeps_every_worker_busy_and_progress_keeps_ticking() {
+    // Minutes of work on every thread: the runtime's workers never stop to turn its drivers.
+    let mut child = quiver()
+        .args([
+            "--progress",
+            "--threads",
+            "2",
+            "-q",
+            "SELECT CAST(sum(number % 7) AS BIGINT) FROM numbers_mt(100000000000)",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(2500));
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(interrupted.success());
+    let sent = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if sent.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the query still runs 30 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().expect("output");
+    let err = stderr(&output);
+    assert_eq!(status.code(), Some(130), "stderr: {err}");
+    assert!(err.contains("cancelled"), "stderr: {err}");
+    // Shown from the first second on, refreshed every 0.1 s: a dozen or so lines by 2.5 s.
+    let lines = err.matches("Progress:").count();
+    assert!(lines >= 3, "{lines} progress lines before Ctrl-C: {err}");
+}
