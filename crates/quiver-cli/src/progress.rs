@@ -25,8 +25,8 @@ impl ProgressLine {
     /// Starts watching `progress` in a background task.
     pub fn start(progress: Progress) -> Self {
         let (stop, mut stopped) = oneshot::channel::<()>();
-        // On the watcher's runtime: on the query's, its timer waits for a worker to be free.
-        let task = crate::watch::spawn(async move {
+        // On the side runtime: on the query's, its timer waits for a worker to be free.
+        let task = quiver_core::side::spawn(async move {
             let mut shown = false;
             loop {
                 tokio::select! {

@@ -32,6 +32,7 @@ pub mod metrics;
 mod narrow;
 pub mod result;
 pub mod session;
+pub mod side;
 pub mod statement;
 pub mod suggest;
 pub mod table_functions;

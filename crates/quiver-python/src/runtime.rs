@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
-use tokio::sync::Notify;
 
 use crate::errors::internal_error;
 
@@ -30,33 +29,13 @@ pub fn runtime() -> PyResult<&'static Runtime> {
 /// How often a waiting query looks for KeyboardInterrupt.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
 
-/// Woken every [`SIGNAL_POLL`] by a thread of its own, started with the first wait (None if
-/// that thread could not be started). A `tokio::time::sleep` is not enough: tokio's timers
-/// are turned by the runtime's workers between tasks, and while every worker runs a CPU-bound
-/// query task none does — `sum(number % 7) FROM numbers_mt(3e8)` saw its first tick 3.1 s
-/// into its 3.2 s, and a shorter query could end without one (no progress shown, the check
-/// for Ctrl-C not made).
-fn ticks() -> Option<&'static Notify> {
-    static TICKS: Notify = Notify::const_new();
-    static TICKER: OnceLock<bool> = OnceLock::new();
-    let started = TICKER.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("quiver-ticker".into())
-            .spawn(|| loop {
-                std::thread::sleep(SIGNAL_POLL);
-                TICKS.notify_waiters();
-            })
-            .is_ok()
-    });
-    started.then_some(&TICKS)
-}
-
-/// Completes at the next tick.
+/// Completes at the next tick. Timed by quiver's side runtime: a `tokio::time::sleep` on the
+/// query's runtime is turned by its workers between tasks, and while every worker runs a
+/// CPU-bound query task none does — `sum(number % 7) FROM numbers_mt(3e8)` saw its first tick
+/// 3.1 s into its 3.2 s, and a shorter query could end without one (no progress shown, the
+/// check for Ctrl-C not made).
 async fn tick() {
-    match ticks() {
-        Some(ticks) => ticks.notified().await,
-        None => tokio::time::sleep(SIGNAL_POLL).await,
-    }
+    quiver_core::side::sleep(SIGNAL_POLL).await;
 }
 
 /// Runs `future` to completion with the GIL released, so other Python threads keep running.
