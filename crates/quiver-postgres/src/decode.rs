@@ -200,20 +200,6 @@ impl ColumnBuilder {
         input: &[u8],
         spans: impl Iterator<Item = &'a FieldSpan> + Clone,
     ) -> Result<(), (usize, String)> {
-        /// Appends each span's value decoded by `$decode` (bytes → `Result<value, String>`).
-        macro_rules! append_each {
-            ($builder:expr, |$bytes:ident| $decode:expr) => {{
-                for (row, span) in spans.enumerate() {
-                    match span.value(input).map_err(|m| (row, m))? {
-                        None => $builder.append_null(),
-                        Some($bytes) => {
-                            let value: Result<_, String> = $decode;
-                            $builder.append_value(value.map_err(|m| (row, m))?)
-                        }
-                    }
-                }
-            }};
-        }
         /// Appends each span's `N`-byte value converted by `$convert` (`[u8; N]` →
         /// `Result<value, String>`): one bounds check per value and no error to build unless
         /// one is found; anything else takes [`fixed`], whose error names a wrong width.
@@ -260,7 +246,25 @@ impl ColumnBuilder {
             }
             ColumnBuilder::Numeric(b, _, scale) => {
                 let scale = *scale;
-                append_each!(b, |bytes| numeric_to_i128(bytes, scale))
+                for (row, span) in spans.enumerate() {
+                    if span.len < 0 {
+                        b.append_null();
+                        continue;
+                    }
+                    let start = span.start as usize;
+                    let window = input.get(start..).and_then(|rest| rest.first_chunk::<16>());
+                    let fast = window.and_then(|w| numeric_window(w, span.len as usize, scale));
+                    let value = match fast {
+                        Some(value) => value,
+                        // Near the end of the input, or not a small value.
+                        None => {
+                            let bytes = span.value(input).map_err(|m| (row, m))?;
+                            numeric_to_i128(bytes.unwrap_or_default(), scale)
+                                .map_err(|m| (row, m))?
+                        }
+                    };
+                    b.append_value(value);
+                }
             }
             ColumnBuilder::Text(b) | ColumnBuilder::Bytea(b) => b.append_spans(input, spans)?,
             ColumnBuilder::Date(b) => {
@@ -668,44 +672,109 @@ fn format_uuid(raw: &[u8; 16]) -> [u8; 36] {
 /// rest take the checked `i128` path, whose division is a library call.
 #[inline]
 pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
-    match small_numeric(bytes, scale) {
+    let mut window = [0u8; 16];
+    let head = bytes.len().min(16);
+    window[..head].copy_from_slice(&bytes[..head]);
+    match numeric_window(&window, bytes.len(), scale) {
         Some(value) => Ok(value),
         None => numeric_checked(bytes, scale),
     }
 }
 
-/// The values most numeric columns hold, decoded with nothing to report: a finite value of at
-/// most four base-10000 digits whose scaled form fits in `u64`, with a scaling
-/// [`scaled_u64`] does by a constant. `None` for anything else, which [`numeric_checked`]
-/// then decodes or rejects with its reason (so the two always agree).
+/// The values most numeric columns hold, decoded with nothing to report and without a branch
+/// on their digit count: a finite value of at most four base-10000 digits whose scaled form
+/// fits in `u64`. `window` is the value's first 16 bytes — as many as a four-digit value has;
+/// a shorter value's window runs on into whatever follows it, which is masked off — and `len`
+/// its length. `None` for anything else, which [`numeric_checked`] then decodes or rejects
+/// with its reason (so the two always agree).
+///
+/// The digits present are read as one four-digit number `v` (the absent ones as zeros), so
+/// the value is `v × 10000^(weight − 3)` and its scaled form `v × 10^(scale + 4 × weight −
+/// 12)`: a multiplication by a power of ten from a table, or an exact division by one done as
+/// a multiplication ([`exact_div_pow10`]).
 #[inline(always)]
-fn small_numeric(bytes: &[u8], scale: i8) -> Option<i128> {
-    let (header, digits) = bytes.split_first_chunk::<8>()?;
-    let ndigits = u16::from_be_bytes([header[0], header[1]]) as usize;
-    let weight = i16::from_be_bytes([header[2], header[3]]) as i32;
-    let sign = u16::from_be_bytes([header[4], header[5]]);
-    if sign & !0x4000 != 0 || ndigits > 4 || digits.len() != 2 * ndigits {
+fn numeric_window(window: &[u8; 16], len: usize, scale: i8) -> Option<i128> {
+    let (head, body) = window.split_first_chunk::<8>()?;
+    let head = u64::from_be_bytes(*head);
+    let ndigits = (head >> 48) as usize;
+    let weight = i32::from((head >> 32) as u16 as i16);
+    let sign = (head >> 16) as u16;
+    if ndigits > 4 || len != 8 + 2 * ndigits || sign & !0x4000 != 0 {
         return None;
     }
-    let mut value: u64 = 0;
-    for pair in digits.chunks_exact(2) {
-        let digit = u16::from_be_bytes([pair[0], pair[1]]);
-        if digit >= 10_000 {
-            return None;
-        }
-        value = value * 10_000 + u64::from(digit);
+    let body = u64::from_be_bytes(*body.first_chunk::<8>()?) & DIGIT_MASKS[ndigits];
+    let digits = [
+        body >> 48,
+        (body >> 32) & 0xffff,
+        (body >> 16) & 0xffff,
+        body & 0xffff,
+    ];
+    if digits
+        .iter()
+        .fold(false, |bad, &digit| bad | (digit >= 10_000))
+    {
+        return None;
     }
-    let exponent = scale as i32 - 4 * (ndigits as i32 - 1 - weight);
-    let scaled = match exponent {
-        0.. => value.checked_mul(*POW10_U64.get(exponent as usize)?)?,
-        -1 if value.is_multiple_of(10) => value / 10,
-        -2 if value.is_multiple_of(100) => value / 100,
-        -3 if value.is_multiple_of(1000) => value / 1000,
-        _ => return None,
+    let [d0, d1, d2, d3] = digits;
+    let v = (d0 * 10_000 + d1) * 100_000_000 + (d2 * 10_000 + d3);
+    let exponent = i32::from(scale) + 4 * weight - 12;
+    let scaled = if exponent >= 0 {
+        v.checked_mul(*POW10_U64.get(exponent as usize)?)?
+    } else {
+        exact_div_pow10(v, exponent.unsigned_abs() as usize)?
     };
     let scaled = i128::from(scaled);
     Some(if sign == 0x4000 { -scaled } else { scaled })
 }
+
+/// The bits of the 8 bytes after a numeric's header that hold its digits, by digit count.
+const DIGIT_MASKS: [u64; 5] = [
+    0,
+    0xffff_0000_0000_0000,
+    0xffff_ffff_0000_0000,
+    0xffff_ffff_ffff_0000,
+    u64::MAX,
+];
+
+/// `v / 10^k` if 10^k divides `v` (and `k` < 20), with no division: 10^k = 2^k × 5^k, so `v`
+/// must end in `k` zero bits, and `v >> k` times the inverse of 5^k modulo 2^64 is the
+/// quotient exactly when it is at most `u64::MAX / 5^k` (Granlund and Montgomery).
+#[inline(always)]
+fn exact_div_pow10(v: u64, k: usize) -> Option<u64> {
+    let (inverse, limit) = (*INVERSE_POW5.get(k)?, *LIMIT_POW5.get(k)?);
+    let quotient = (v >> k).wrapping_mul(inverse);
+    (v.trailing_zeros() as usize >= k && quotient <= limit).then_some(quotient)
+}
+
+/// 5^k's inverse modulo 2^64, for k < 20.
+const INVERSE_POW5: [u64; 20] = {
+    let mut table = [1u64; 20];
+    let mut k = 1;
+    while k < 20 {
+        let d = 5u64.pow(k as u32);
+        // Newton's iteration doubles the correct low bits: d is its own inverse modulo 8.
+        let mut inverse = d;
+        let mut step = 0;
+        while step < 5 {
+            inverse = inverse.wrapping_mul(2u64.wrapping_sub(d.wrapping_mul(inverse)));
+            step += 1;
+        }
+        table[k] = inverse;
+        k += 1;
+    }
+    table
+};
+
+/// `u64::MAX / 5^k`, for k < 20.
+const LIMIT_POW5: [u64; 20] = {
+    let mut table = [u64::MAX; 20];
+    let mut k = 1;
+    while k < 20 {
+        table[k] = u64::MAX / 5u64.pow(k as u32);
+        k += 1;
+    }
+    table
+};
 
 /// [`numeric_to_i128`] with every check and error.
 #[inline(never)]
@@ -1371,10 +1440,14 @@ mod tests {
     }
 
     #[test]
-    fn small_numeric_takes_only_values_the_checked_path_decodes_alike() {
-        let digit_sets: [&[i16]; 9] = [
+    fn the_numeric_window_takes_only_values_the_checked_path_decodes_alike() {
+        let digit_sets: [&[i16]; 13] = [
             &[],
             &[7],
+            &[400],
+            &[2, 1168, 2300],
+            &[1000, 0, 0, 1],
+            &[9999, 9999, 9999, 9990],
             &[9999],
             &[1, 0],
             &[12, 3456, 7800],
@@ -1389,7 +1462,15 @@ mod tests {
                 for sign in [0x0000u16, 0x4000, 0xC000, 0xD000, 0xF000, 0x1234, 0x4001] {
                     for scale in [0i8, 2, 4, 9, 18, 38] {
                         let bytes = numeric(weight, sign, scale.max(0) as i16, digits);
-                        if let Some(value) = small_numeric(&bytes, scale) {
+                        // The window runs on past a short value, into bytes of any kind.
+                        let windows = [0x00u8, 0xff, 0x27].map(|filler| {
+                            let mut window = [filler; 16];
+                            let head = bytes.len().min(16);
+                            window[..head].copy_from_slice(&bytes[..head]);
+                            numeric_window(&window, bytes.len(), scale)
+                        });
+                        assert!(windows.iter().all(|w| *w == windows[0]), "{windows:?}");
+                        if let Some(value) = windows[0] {
                             fast += 1;
                             assert_eq!(
                                 numeric_checked(&bytes, scale),
