@@ -61,9 +61,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|(i, t)| Field::new(format!("c{i}"), t.arrow_type(), true))
         .collect();
     let schema = Arc::new(Schema::new(fields));
+    let widths: Vec<_> = types.iter().map(PgType::binary_width).collect();
     for _ in 0..5 {
         let started = Instant::now();
-        let mut parser = CopyParser::new(types.len());
+        let mut parser = CopyParser::with_widths(&widths);
         let mut decoder = BatchDecoder::new(Arc::clone(&schema), &types, BATCH_ROWS)?;
         let mut spans = Vec::new();
         let mut pending = Vec::new();

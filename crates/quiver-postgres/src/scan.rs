@@ -1147,6 +1147,7 @@ impl TaskReader {
         tasks: &[String],
         tx: BatchSender,
     ) -> Result<()> {
+        let widths: Vec<_> = self.plan.types.iter().map(PgType::binary_width).collect();
         for sql in tasks {
             connection.set_in_copy(true);
             let client = connection.client()?;
@@ -1156,7 +1157,7 @@ impl TaskReader {
                 PostgresError::server(format!("starting to read {}", self.plan.source), &e)
             })?;
             futures::pin_mut!(stream);
-            let mut parser = CopyParser::new(self.plan.types.len());
+            let mut parser = CopyParser::with_widths(&widths);
             let mut decoder =
                 BatchDecoder::new(Arc::clone(&self.schema), &self.plan.types, self.batch_size)
                     .map_err(|e| self.conversion(0, e.to_string()))?;

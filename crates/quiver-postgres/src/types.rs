@@ -177,6 +177,20 @@ impl PgType {
         }
     }
 
+    /// The length of every non-NULL value of the type in the binary format (its `send`
+    /// function's output), for types where it is fixed; `None` for variable-length types.
+    pub fn binary_width(&self) -> Option<u32> {
+        Some(match self {
+            PgType::Bool => 1,
+            PgType::Int2 => 2,
+            PgType::Int4 | PgType::Float4 | PgType::Date => 4,
+            PgType::Int8 | PgType::Float8 | PgType::Time => 8,
+            PgType::Timestamp | PgType::TimestampTz => 8,
+            PgType::Interval | PgType::Uuid => 16,
+            _ => return None,
+        })
+    }
+
     /// The type's element OID as sent inside a binary array (for checking what arrives).
     pub(crate) fn array_element_oid(&self) -> Option<u32> {
         Some(match self {
