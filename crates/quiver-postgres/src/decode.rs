@@ -704,19 +704,21 @@ fn numeric_window(window: &[u8; 16], len: usize, scale: i8) -> Option<i128> {
         return None;
     }
     let body = u64::from_be_bytes(*body.first_chunk::<8>()?) & DIGIT_MASKS[ndigits];
-    let digits = [
+    // Every 16-bit digit below 10000, checked in all four lanes at once: a lane's top bit is
+    // set if the digit is 0x8000 or more, or if adding 0x8000 - 10000 reaches 0x8000. (That
+    // addition carries into the next lane only from a digit whose own top bit is set, so it
+    // can make a valid value look invalid only when it is invalid already.)
+    const TOP_BITS: u64 = 0x8000_8000_8000_8000;
+    const TO_TOP_BIT: u64 = 0x58f0_58f0_58f0_58f0;
+    if (body | body.wrapping_add(TO_TOP_BIT)) & TOP_BITS != 0 {
+        return None;
+    }
+    let (d0, d1, d2, d3) = (
         body >> 48,
         (body >> 32) & 0xffff,
         (body >> 16) & 0xffff,
         body & 0xffff,
-    ];
-    if digits
-        .iter()
-        .fold(false, |bad, &digit| bad | (digit >= 10_000))
-    {
-        return None;
-    }
-    let [d0, d1, d2, d3] = digits;
+    );
     let v = (d0 * 10_000 + d1) * 100_000_000 + (d2 * 10_000 + d3);
     let exponent = i32::from(scale) + 4 * weight - 12;
     let scaled = if exponent >= 0 {
@@ -724,8 +726,10 @@ fn numeric_window(window: &[u8; 16], len: usize, scale: i8) -> Option<i128> {
     } else {
         exact_div_pow10(v, exponent.unsigned_abs() as usize)?
     };
-    let scaled = i128::from(scaled);
-    Some(if sign == 0x4000 { -scaled } else { scaled })
+    // Signed in 64 bits, where that is one instruction; larger magnitudes take the checked
+    // path.
+    let scaled = i64::try_from(scaled).ok()?;
+    Some(i128::from(if sign == 0x4000 { -scaled } else { scaled }))
 }
 
 /// The bits of the 8 bytes after a numeric's header that hold its digits, by digit count.
@@ -1442,8 +1446,11 @@ mod tests {
 
     #[test]
     fn the_numeric_window_takes_only_values_the_checked_path_decodes_alike() {
-        let digit_sets: [&[i16]; 13] = [
+        let digit_sets: [&[i16]; 16] = [
             &[],
+            &[32_767],
+            &[i16::MIN, 1],
+            &[1, 10_000, 1, 9_999],
             &[7],
             &[400],
             &[2, 1168, 2300],
@@ -1493,6 +1500,18 @@ mod tests {
             }
         }
         assert!(fast > 100, "the fast path took {fast} values");
+        // The largest digits take the fast path, the smallest invalid ones never do.
+        let window = |digits: &[i16]| {
+            let bytes = numeric(3, 0, 0, digits);
+            let mut window = [0u8; 16];
+            window[..bytes.len()].copy_from_slice(&bytes);
+            numeric_window(&window, bytes.len(), 0)
+        };
+        assert_eq!(
+            window(&[9999, 9999, 9999, 9999]),
+            Some(9_999_999_999_999_999)
+        );
+        assert_eq!(window(&[9999, 10_000, 9999, 9999]), None);
     }
 
     #[test]
