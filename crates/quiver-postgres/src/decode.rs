@@ -668,9 +668,9 @@ fn format_uuid(raw: &[u8; 16]) -> [u8; 36] {
 /// digits; the value is Σ digit[i] × 10000^(weight − i). Returns it scaled by 10^`scale`,
 /// failing (never rounding) when that is not an exact integer or does not fit.
 ///
-/// Hot: lineitem alone has four numeric columns. Values of up to 16 decimal digits whose
-/// scaled form fits in `u64` take [`scaled_u64`], with no division by a variable; only the
-/// rest take the checked `i128` path, whose division is a library call.
+/// Hot: lineitem alone has four numeric columns. Values of up to four base-10000 digits
+/// whose scaled form fits in `i64` take [`numeric_window`] (the column decoder calls it
+/// directly, on the input's bytes); the rest, and every error, take [`numeric_checked`].
 #[inline]
 pub(crate) fn numeric_to_i128(bytes: &[u8], scale: i8) -> Result<i128, String> {
     let mut window = [0u8; 16];
