@@ -105,8 +105,8 @@ enum State {
 #[derive(Debug)]
 pub struct CopyParser {
     state: State,
-    fields: usize,
-    /// Per field, the length its values are expected to have, or [`VARIABLE`].
+    /// Per field (so one entry per field of a row), the length its values are expected to
+    /// have, or [`VARIABLE`].
     widths: Vec<i32>,
     rows: u64,
 }
@@ -139,7 +139,6 @@ impl CopyParser {
             .collect::<Vec<_>>();
         CopyParser {
             state: State::Header,
-            fields: widths.len(),
             widths,
             rows: 0,
         }
@@ -187,6 +186,7 @@ impl CopyParser {
             }
         }
         let mut rows = 0;
+        let fields = self.widths.len();
         // Spans are written in place over what `spans` holds (the last call's, usually as
         // many), grown a block of rows at a time when short and cut to the rows parsed at
         // the end: no capacity check per field, and no clearing.
@@ -204,18 +204,18 @@ impl CopyParser {
                 }
                 break;
             }
-            if count < 0 || count as usize != self.fields {
+            if count < 0 || count as usize != fields {
                 return Err(CopyFormatError::FieldCount {
                     row: self.rows,
                     found: count,
-                    expected: self.fields,
+                    expected: fields,
                 });
             }
-            if spans.len() < filled + self.fields {
+            if spans.len() < filled + fields {
                 let block = (max_rows - rows).clamp(1, SPAN_BLOCK_ROWS);
-                spans.resize(filled + block * self.fields, FieldSpan::default());
+                spans.resize(filled + block * fields, FieldSpan::default());
             }
-            let Some(out) = spans.get_mut(filled..filled + self.fields) else {
+            let Some(out) = spans.get_mut(filled..filled + fields) else {
                 // Not reached (`spans` was just grown to hold the row); were it, the row
                 // would stay unparsed and the stream end as truncated, never short.
                 break;
@@ -224,7 +224,7 @@ impl CopyParser {
                 Some(end) => pos = end,
                 None => break,
             }
-            filled += self.fields;
+            filled += fields;
             self.rows += 1;
             rows += 1;
         }
@@ -392,11 +392,11 @@ mod tests {
     ) -> Result<usize, CopyFormatError> {
         let mut spans = vec![FieldSpan::default(); 3];
         let parsed = parser.parse(input, &mut spans, max_rows)?;
-        assert_eq!(spans.len(), parsed.rows * parser.fields);
+        assert_eq!(spans.len(), parsed.rows * parser.widths.len());
         for span in &spans {
             let value = span.value(input).expect("spans lie inside the input");
             sink.current.push(value.map(<[u8]>::to_vec));
-            if sink.current.len() == parser.fields {
+            if sink.current.len() == parser.widths.len() {
                 sink.rows.push(std::mem::take(&mut sink.current));
             }
         }
