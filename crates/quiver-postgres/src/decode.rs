@@ -1345,7 +1345,7 @@ mod tests {
         );
     }
 
-    /// Text decoded column-wise — short values copied as fixed 16-byte moves, long ones
+    /// Text decoded column-wise — short values copied as fixed 16- or 64-byte moves, long ones
     /// exactly, values at the very end of the input (no bytes after them to over-read),
     /// empty strings and NULLs — equals the same values built by Arrow, over several
     /// appends per batch and several batches.
@@ -1361,6 +1361,9 @@ mod tests {
                 2 => Some("é".repeat(i % 23)),
                 3 => Some("x".repeat(16)),
                 4 => Some("y".repeat(17)),
+                // Around the 64-byte move, and beyond it.
+                5 => Some("z".repeat(62 + i % 5)),
+                6 => Some("w".repeat(65 + i % 60)),
                 _ => Some(format!("{i}-{}", "abc".repeat(i % 13))),
             })
             .collect();
