@@ -516,10 +516,12 @@ impl VarBytes {
             match (source.first_chunk::<SHORT>(), source.first_chunk::<WIDE>()) {
                 (Some(short), _) if len <= SHORT => self.values.extend_from_slice(short),
                 (_, Some(wide)) if len <= WIDE => self.values.extend_from_slice(wide),
-                _ => match source.get(..len) {
-                    Some(value) => self.values.extend_from_slice(value),
-                    None => return Err((row, "a field lies outside its input".to_string())),
-                },
+                // Exactly: `value` is `Some` for a length that is not negative, or the error
+                // for a span outside the input.
+                _ => {
+                    let value = span.value(input).map_err(|m| (row, m))?;
+                    self.values.extend_from_slice(value.unwrap_or_default());
+                }
             }
             at += len;
             self.values.truncate(at);
