@@ -50,6 +50,8 @@ pub(crate) async fn resolve_names(
         .extra_columns
         .extend(collector.aliases.iter().cloned());
 
+    prefetch_postgres_tables(ctx, &collector, &scope).await;
+
     // Tables: resolve their names, then their columns.
     for reference in &collector.tables {
         let Some(parts) = idents(&reference.name) else {
@@ -297,6 +299,54 @@ fn resolve_table_name(ctx: &SessionContext, parts: &[Ident]) -> Result<Option<Ve
         2 => vec![schema_name, table_name],
         _ => vec![catalog_name, schema_name, table_name],
     }))
+}
+
+/// The tables of attached Postgres databases that `collector` names, described in one
+/// statement per schema before the loop in [`resolve_names`] asks for each (a statement naming
+/// eight tables otherwise waited for eight descriptions, one after another).
+async fn prefetch_postgres_tables(ctx: &SessionContext, collector: &Collector, scope: &Scope) {
+    let (default_catalog, default_schema) = {
+        let state = ctx.state_ref();
+        let state = state.read();
+        let defaults = &state.config_options().catalog;
+        (
+            defaults.default_catalog.clone(),
+            defaults.default_schema.clone(),
+        )
+    };
+    let mut wanted: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for reference in &collector.tables {
+        let Some(parts) = idents(&reference.name) else {
+            continue;
+        };
+        if reference.python_call
+            || (parts.len() == 1 && scope.resolve_cte(&parts[0].value).is_some())
+        {
+            continue;
+        }
+        // A schema that lists no names (an attached schema's alias) resolves nothing here;
+        // its tables are asked for as written, as the loop in `resolve_names` does.
+        let mut names = match resolve_table_name(ctx, &parts) {
+            Ok(Some(names)) => names,
+            Ok(None) => parts.iter().map(|p| p.value.clone()).collect(),
+            Err(_) => continue,
+        };
+        let Some(table) = names.pop() else {
+            continue;
+        };
+        let schema = names.pop().unwrap_or_else(|| default_schema.clone());
+        let catalog = names.pop().unwrap_or_else(|| default_catalog.clone());
+        wanted.entry((catalog, schema)).or_default().push(table);
+    }
+    for ((catalog, schema), tables) in wanted {
+        let Some(provider) = ctx.catalog(&catalog).and_then(|c| c.schema(&schema)) else {
+            continue;
+        };
+        let any: &dyn std::any::Any = provider.as_ref();
+        if let Some(postgres) = any.downcast_ref::<quiver_postgres::attach::PostgresSchema>() {
+            postgres.prefetch(&tables).await;
+        }
+    }
 }
 
 #[derive(Default, Debug)]

@@ -17,7 +17,9 @@ use datafusion::catalog::{CatalogProvider, SchemaProvider, TableProvider};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 
-use crate::catalog::{describe_relation, list_relations, list_schemas, RelationKind};
+use crate::catalog::{
+    describe_relation, describe_relations, list_relations, list_schemas, Relation, RelationKind,
+};
 use crate::connection::ConnectTarget;
 use crate::error::{PostgresError, Result};
 use crate::scan::{PostgresTable, ScanOptions, ScanSource};
@@ -164,6 +166,53 @@ impl PostgresSchema {
     fn cached(&self, name: &str) -> Option<Arc<PostgresTable>> {
         self.tables.lock().ok()?.get(name).cloned()
     }
+
+    /// The table made of `relation`, kept for the life of the attachment.
+    fn keep(&self, relation: Relation) -> Arc<PostgresTable> {
+        let name = relation.name.clone();
+        let table = Arc::new(
+            PostgresTable::new(
+                self.target.clone(),
+                ScanSource::Relation(relation),
+                self.options.clone(),
+            )
+            .with_writes(self.writable),
+        );
+        if let Ok(mut tables) = self.tables.lock() {
+            tables.insert(name, Arc::clone(&table));
+        }
+        table
+    }
+
+    /// Describes every table of `names` not described yet in one statement, before planning
+    /// asks for them one by one (each would cost the query a catalog round trip or two). Best
+    /// effort: on any error nothing is kept, and the tables are described one by one as
+    /// before, which reports the error.
+    pub async fn prefetch(&self, names: &[String]) {
+        let mut wanted: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|name| self.table_exist(name) && self.cached(name).is_none())
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.len() < 2 {
+            return;
+        }
+        let wanted = &wanted;
+        let described = self
+            .target
+            .with_connection(|connection| async move {
+                let relations = describe_relations(&connection, &self.schema, wanted).await;
+                (connection, relations)
+            })
+            .await;
+        if let Ok(relations) = described {
+            for relation in relations {
+                self.keep(relation);
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -190,23 +239,12 @@ impl SchemaProvider for PostgresSchema {
                 (connection, relation)
             })
             .await;
-        let table = match relation {
-            Ok(relation) => Arc::new(
-                PostgresTable::new(
-                    self.target.clone(),
-                    ScanSource::Relation(relation),
-                    self.options.clone(),
-                )
-                .with_writes(self.writable),
-            ),
+        match relation {
+            Ok(relation) => Ok(Some(self.keep(relation))),
             // Dropped on the server since the attach.
-            Err(PostgresError::NotFound(_)) => return Ok(None),
-            Err(error) => return Err(DataFusionError::from(error)),
-        };
-        if let Ok(mut tables) = self.tables.lock() {
-            tables.insert(name.to_string(), Arc::clone(&table));
+            Err(PostgresError::NotFound(_)) => Ok(None),
+            Err(error) => Err(DataFusionError::from(error)),
         }
-        Ok(Some(table))
     }
 
     /// Answered from the names read at ATTACH, without describing the table (SHOW TABLES and

@@ -101,109 +101,123 @@ const RELKINDS: &str = "('r', 'p', 'v', 'm', 'f')";
 
 /// Looks up `schema.name` and its columns.
 pub async fn describe_relation(client: &Client, schema: &str, name: &str) -> Result<Relation> {
+    if let Some(relation) = describe_relations(client, schema, &[name]).await?.pop() {
+        return Ok(relation);
+    }
+    let schema_exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| PostgresError::server("looking up a schema", &e))?
+        .is_some();
+    Err(PostgresError::NotFound(if schema_exists {
+        format!("PostgreSQL table \"{schema}\".\"{name}\" does not exist")
+    } else {
+        format!("PostgreSQL schema \"{schema}\" does not exist")
+    }))
+}
+
+/// Looks up the relations of `schema` named in `names`, with their columns, in one statement
+/// (a query naming eight tables paid eight pairs of catalog round trips before). Names that
+/// are not a table or view of the schema are left out; the relations come back in name order.
+///
+/// The statistics are read from `pg_stats` filtered by schema and table name before any join:
+/// the view is a security barrier, so a join condition is not pushed into it, and joined
+/// instead it computed every column's statistics in the database for each column asked about
+/// (16 ms for lineitem against 0.3 ms filtered).
+pub async fn describe_relations(
+    client: &Client,
+    schema: &str,
+    names: &[&str],
+) -> Result<Vec<Relation>> {
+    // Domains are read as their base type (binary COPY sends the base type's form). A
+    // partitioned table's statistics are those of the whole tree (`inherited`). A relation
+    // without columns still has its row (the attribute columns NULL).
     let rows = client
         .query(
             &format!(
-                "SELECT c.oid, c.relkind::text FROM pg_catalog.pg_class c \
+                "WITH stats AS MATERIALIZED ( \
+                     SELECT tablename, attname, inherited, null_frac, n_distinct, avg_width \
+                     FROM pg_catalog.pg_stats \
+                     WHERE schemaname = $1::text::name AND tablename = ANY($2::text[]::name[])) \
+                 SELECT c.relname::text, c.oid, c.relkind::text, a.attname::text, bt.oid, \
+                        CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
+                        bt.typname::text, bt.typtype = 'e', \
+                        et.oid, et.typname::text, coalesce(et.typtype = 'e', false), \
+                        s.null_frac::float8, s.n_distinct::float8, s.avg_width::int4 \
+                 FROM pg_catalog.pg_class c \
                  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN {RELKINDS}"
+                 LEFT JOIN pg_catalog.pg_attribute a \
+                   ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                 LEFT JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
+                 LEFT JOIN pg_catalog.pg_type bt \
+                   ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
+                 LEFT JOIN pg_catalog.pg_type et \
+                   ON et.oid = bt.typelem AND bt.typcategory = 'A' \
+                 LEFT JOIN stats s \
+                   ON s.tablename = c.relname AND s.attname = a.attname \
+                  AND s.inherited = (c.relkind = 'p') \
+                 WHERE n.nspname = $1::text::name AND c.relname = ANY($2::text[]::name[]) \
+                   AND c.relkind IN {RELKINDS} \
+                 ORDER BY c.relname, a.attnum"
             ),
-            &[&schema, &name],
+            &[&schema, &names],
         )
         .await
-        .map_err(|e| PostgresError::server("looking up a table", &e))?;
-    let Some(row) = rows.first() else {
-        let schema_exists = client
-            .query_opt(
-                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1",
-                &[&schema],
-            )
-            .await
-            .map_err(|e| PostgresError::server("looking up a schema", &e))?
-            .is_some();
-        return Err(PostgresError::NotFound(if schema_exists {
-            format!("PostgreSQL table \"{schema}\".\"{name}\" does not exist")
-        } else {
-            format!("PostgreSQL schema \"{schema}\" does not exist")
-        }));
-    };
-    let oid: u32 = row.get(0);
-    let relkind: String = row.get(1);
-    let kind = RelationKind::from_relkind(&relkind).ok_or_else(|| {
-        PostgresError::NotFound(format!("\"{schema}\".\"{name}\" is not a table or view"))
-    })?;
-    let (columns, estimates) = relation_columns(client, oid).await?;
-    Ok(Relation {
-        schema: schema.to_string(),
-        name: name.to_string(),
-        oid,
-        kind,
-        columns,
-        estimates,
-    })
-}
-
-async fn relation_columns(
-    client: &Client,
-    oid: u32,
-) -> Result<(Vec<PgColumn>, Vec<ColumnEstimate>)> {
-    // Domains are read as their base type (binary COPY sends the base type's form). A
-    // partitioned table's statistics are those of the whole tree (`inherited`).
-    let rows = client
-        .query(
-            "SELECT a.attname::text, bt.oid, \
-                    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
-                    bt.typname::text, bt.typtype = 'e', \
-                    et.oid, et.typname::text, coalesce(et.typtype = 'e', false), \
-                    s.null_frac::float8, s.n_distinct::float8, s.avg_width::int4 \
-             FROM pg_catalog.pg_attribute a \
-             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
-             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-             JOIN pg_catalog.pg_type t ON t.oid = a.atttypid \
-             JOIN pg_catalog.pg_type bt \
-               ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
-             LEFT JOIN pg_catalog.pg_type et \
-               ON et.oid = bt.typelem AND bt.typcategory = 'A' \
-             LEFT JOIN pg_catalog.pg_stats s \
-               ON s.schemaname = n.nspname AND s.tablename = c.relname \
-              AND s.attname = a.attname AND s.inherited = (c.relkind = 'p') \
-             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
-             ORDER BY a.attnum",
-            &[&oid],
-        )
-        .await
-        .map_err(|e| PostgresError::server("reading a table's columns", &e))?;
-    let mut columns = Vec::with_capacity(rows.len());
-    let mut estimates = Vec::with_capacity(rows.len());
+        .map_err(|e| PostgresError::server("reading tables' columns", &e))?;
+    let mut relations: Vec<Relation> = Vec::new();
     for row in rows {
-        let typmod: i32 = row.get(2);
-        let element = row.get::<_, Option<u32>>(5).map(|oid| {
+        let name: String = row.get(0);
+        let oid: u32 = row.get(1);
+        if relations.last().is_none_or(|last| last.oid != oid) {
+            let relkind: String = row.get(2);
+            let Some(kind) = RelationKind::from_relkind(&relkind) else {
+                continue;
+            };
+            relations.push(Relation {
+                schema: schema.to_string(),
+                name,
+                oid,
+                kind,
+                columns: Vec::new(),
+                estimates: Vec::new(),
+            });
+        }
+        let (Some(relation), Some(column)) =
+            (relations.last_mut(), row.get::<_, Option<String>>(3))
+        else {
+            continue;
+        };
+        let typmod: i32 = row.get(5);
+        let element = row.get::<_, Option<u32>>(8).map(|oid| {
             Box::new(TypeInfo {
                 oid,
                 typmod,
-                name: row.get::<_, Option<String>>(6).unwrap_or_default(),
-                is_enum: row.get(7),
+                name: row.get::<_, Option<String>>(9).unwrap_or_default(),
+                is_enum: row.get(10),
                 element: None,
             })
         });
         let info = TypeInfo {
-            oid: row.get(1),
+            oid: row.get(4),
             typmod,
-            name: row.get(3),
-            is_enum: row.get(4),
+            name: row.get(6),
+            is_enum: row.get(7),
             element,
         };
-        columns.push(PgColumn {
-            name: row.get(0),
+        relation.columns.push(PgColumn {
+            name: column,
             pg_type: PgType::from_info(&info),
         });
-        estimates.push(ColumnEstimate {
-            null_frac: row.get(8),
-            n_distinct: row.get(9),
-            avg_width: row.get(10),
+        relation.estimates.push(ColumnEstimate {
+            null_frac: row.get(11),
+            n_distinct: row.get(12),
+            avg_width: row.get(13),
         });
     }
-    Ok((columns, estimates))
+    Ok(relations)
 }
 
 /// The columns a query returns, as the server describes them when preparing it.

@@ -1137,6 +1137,71 @@ async fn attached_tables_are_described_on_kept_connections() {
     assert!(schema.table("no_such_table").await.unwrap().is_none());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_tables_are_described_in_one_statement_as_one_by_one() {
+    use quiver_postgres::catalog::{describe_relation, describe_relations};
+
+    let pg = require_cluster!();
+    pg.psql(
+        "shop",
+        "DROP SCHEMA IF EXISTS described CASCADE; CREATE SCHEMA described; \
+         CREATE TABLE described.no_columns (); \
+         CREATE TABLE described.plain (id int, label text, amount numeric(10, 2)); \
+         INSERT INTO described.plain SELECT g, 'l' || (g % 7), g FROM generate_series(1, 500) g; \
+         CREATE TABLE described.split (id int, region text) PARTITION BY LIST (region); \
+         CREATE TABLE described.split_a PARTITION OF described.split FOR VALUES IN ('a'); \
+         CREATE TABLE described.split_b PARTITION OF described.split DEFAULT; \
+         INSERT INTO described.split SELECT g, CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END \
+         FROM generate_series(1, 400) g; \
+         ALTER TABLE described.plain DROP COLUMN label; \
+         ALTER TABLE described.plain ADD COLUMN tag text; \
+         ANALYZE described.plain; ANALYZE described.split; \
+         CREATE VIEW described.v AS SELECT id FROM described.plain;",
+    );
+    let client = quiver_postgres::ConnectTarget::parse(&pg.dsn("shop"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let wanted = ["v", "split", "missing", "no_columns", "plain", "split_a"];
+    let many = describe_relations(&client, "described", &wanted)
+        .await
+        .unwrap();
+    let names: Vec<&str> = many.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["no_columns", "plain", "split", "split_a", "v"]);
+    for relation in &many {
+        let one = describe_relation(&client, "described", &relation.name)
+            .await
+            .unwrap();
+        assert_eq!(format!("{relation:?}"), format!("{one:?}"));
+    }
+    let by_name = |name: &str| many.iter().find(|r| r.name == name).unwrap();
+    assert!(by_name("no_columns").columns.is_empty());
+    // The dropped column is gone; the one added after it keeps its place.
+    let plain: Vec<&str> = by_name("plain")
+        .columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(plain, ["id", "amount", "tag"]);
+    // Statistics: the table's own, the partitioned table's of the whole tree.
+    let estimates = &by_name("plain").estimates;
+    assert_eq!(estimates[0].n_distinct, Some(-1.0));
+    assert_eq!(estimates[2].null_frac, Some(1.0));
+    let split = &by_name("split").estimates;
+    assert_eq!(split[0].n_distinct, Some(-1.0));
+    assert_eq!(split[1].n_distinct, Some(2.0));
+    assert!(by_name("v")
+        .estimates
+        .iter()
+        .all(|e| e.n_distinct.is_none()));
+    assert!(describe_relations(&client, "no_such_schema", &["plain"])
+        .await
+        .unwrap()
+        .is_empty());
+    pg.psql("shop", "DROP SCHEMA described CASCADE");
+}
+
 /// Polls `done` every 50 ms until it holds or `seconds` have passed; the caller asserts what
 /// it waited for.
 async fn wait_until(seconds: u64, mut done: impl FnMut() -> bool) {
