@@ -631,6 +631,9 @@ fn connection_thread(
             // The caller went away (Ctrl-C during the login): abandon it.
             () = sender.closed() => return,
         };
+        // The thread must not keep the target: its idle connections would keep this one, and
+        // this thread, alive after the target's last owner (a detached database) is gone.
+        drop(target);
         match outcome {
             Ok((connection, io)) => {
                 // A caller gone in the meantime gets nothing: the connection is dropped here,

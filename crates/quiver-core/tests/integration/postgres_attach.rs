@@ -135,6 +135,52 @@ async fn attach_query_show_describe_detach() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn detach_and_dropping_the_session_close_the_connections() {
+    let Some(pg) = common::cluster() else { return };
+    let backends = |app: &str| {
+        pg.psql(
+            "shop",
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}'"),
+        )
+        .parse::<i64>()
+        .unwrap()
+    };
+    let gone = |app: &'static str| async move {
+        for _ in 0..200 {
+            if backends(app) == 0 {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
+    };
+    // A query over two tables: the attach's connection, the snapshot's exporter and readers.
+    let join =
+        "SELECT count(*) FROM db.orders o JOIN db.customer_totals c ON c.customer = o.customer";
+    let session = Session::in_memory().unwrap();
+    let dsn = format!("{} application_name=quiver_detach", pg.dsn("shop"));
+    run(&session, &format!("ATTACH '{dsn}' AS db (TYPE postgres)")).await;
+    run(&session, join).await;
+    assert!(backends("quiver_detach") > 0);
+    run(&session, "DETACH db").await;
+    assert!(
+        gone("quiver_detach").await,
+        "a detached database's connections stay open"
+    );
+
+    let session = Session::in_memory().unwrap();
+    let dsn = format!("{} application_name=quiver_dropped", pg.dsn("shop"));
+    run(&session, &format!("ATTACH '{dsn}' AS db (TYPE postgres)")).await;
+    run(&session, join).await;
+    assert!(backends("quiver_dropped") > 0);
+    drop(session);
+    assert!(
+        gone("quiver_dropped").await,
+        "a dropped session's connections stay open"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn table_functions_work_through_the_session() {
     let Some(pg) = common::cluster() else { return };
     let session = Session::in_memory().unwrap();
