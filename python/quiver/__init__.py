@@ -13,6 +13,7 @@ polars; they are imported when a query first needs them.
 from __future__ import annotations
 
 import _thread
+import atexit
 
 from quiver._result import Result
 from quiver.errors import (
@@ -183,3 +184,14 @@ def register(name: str, obj: Any) -> None:
 def unregister(name: str) -> None:
     """Removes a registered object from the default connection."""
     _default_connection().unregister(name)
+
+
+@atexit.register
+def _close_postgres_connections() -> None:
+    # End the Postgres sessions the process kept, so the servers do not log them as lost
+    # connections; nothing to do when no query ever ran.
+    import sys
+
+    native = sys.modules.get("quiver._quiver")
+    if native is not None:
+        native._close_postgres_connections(2.0)

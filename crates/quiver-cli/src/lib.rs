@@ -48,7 +48,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run_async(args))
+    let code = runtime.block_on(run_async(args));
+    // The session is gone; say goodbye to the Postgres servers it read from rather than
+    // exit under their sessions (they would log each as a lost connection).
+    quiver_core::close_postgres_connections(std::time::Duration::from_secs(2));
+    code
 }
 
 async fn run_async(args: Args) -> ExitCode {

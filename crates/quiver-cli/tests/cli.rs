@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+#[path = "../../quiver-postgres/tests/common/mod.rs"]
+mod common;
+
 fn quiver() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_quiver"));
     command.env_remove("COLUMNS").arg("--no-progress");
@@ -388,4 +391,49 @@ fn ctrl_c_stops_a_query_that_keeps_every_worker_busy_and_progress_keeps_ticking(
     // Shown from the first second on, refreshed every 0.1 s: a dozen or so lines by 2.5 s.
     let lines = err.matches("Progress:").count();
     assert!(lines >= 3, "{lines} progress lines before Ctrl-C: {err}");
+}
+
+/// A client should end its Postgres sessions before it exits: the server otherwise logs each
+/// as lost ("unexpected EOF on client connection", "with an open transaction" when the
+/// query's rollback had not run) and counts it in `sessions_abandoned`.
+#[test]
+fn exiting_ends_the_postgres_sessions_it_opened() {
+    let Some(pg) = common::cluster() else { return };
+    pg.psql("postgres", "DROP DATABASE IF EXISTS cli_exit");
+    pg.psql("postgres", "CREATE DATABASE cli_exit TEMPLATE shop");
+    let abandoned = || {
+        pg.psql(
+            "postgres",
+            "SELECT sessions_abandoned FROM pg_stat_database WHERE datname = 'cli_exit'",
+        )
+    };
+    let before = abandoned();
+    let dsn = format!("{} application_name=quiver_cli_exit", pg.dsn("cli_exit"));
+    // An attached database (a snapshot's exporter and readers) and a scan function's target.
+    let sql = format!(
+        "ATTACH '{dsn}' AS db (TYPE postgres, READ_ONLY); \
+         SELECT count(*) FROM db.orders o JOIN db.customer_totals c ON c.customer = o.customer; \
+         SELECT count(*) FROM postgres_scan('{dsn}', 'public', 'orders');"
+    );
+    let output = ok(&["-f", "CSV", &sql]);
+    assert_eq!(output.lines().count(), 2, "{output}");
+    // The backends are gone once the process is, and none of them was abandoned.
+    let mut left = String::new();
+    for _ in 0..100 {
+        left = pg.psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'quiver_cli_exit'",
+        );
+        if left == "0" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(left, "0", "backends left after the process exited");
+    assert_eq!(
+        abandoned(),
+        before,
+        "the server lost sessions instead of ending them"
+    );
+    pg.psql("postgres", "DROP DATABASE cli_exit");
 }

@@ -46,3 +46,11 @@ pub use format::{OutputFormat, QueryStats};
 pub use result::{Progress, QueryResult};
 pub use session::{Session, SessionOptions};
 pub use statement::Statement;
+
+/// Ends the Postgres sessions the process keeps (attached databases' and the scan functions'
+/// connections), waiting up to `limit`: for a process about to exit, so the server sees
+/// clients that said goodbye rather than lost connections. See
+/// [`quiver_postgres::connection::close_all`].
+pub fn close_postgres_connections(limit: std::time::Duration) -> bool {
+    quiver_postgres::connection::close_all(limit)
+}

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpStream, UnixStream};
@@ -101,6 +101,96 @@ impl IdleConnections {
     fn prune(connections: &mut Vec<(PgConnection, Instant)>) {
         connections
             .retain(|(connection, since)| !connection.is_closed() && since.elapsed() < IDLE_LIMIT);
+    }
+}
+
+impl IdleConnections {
+    /// A new store, known to [`close_all`].
+    fn registered() -> Arc<Self> {
+        let store = Arc::new(IdleConnections::default());
+        if let Ok(mut stores) = STORES.lock() {
+            stores.retain(|store| store.strong_count() > 0);
+            stores.push(Arc::downgrade(&store));
+        }
+        store
+    }
+
+    /// Closes every connection in the store.
+    fn close(&self) {
+        let closing = match self.connections.lock() {
+            Ok(mut connections) => std::mem::take(&mut *connections),
+            Err(_) => Vec::new(),
+        };
+        drop(closing);
+    }
+}
+
+/// Every target's idle connections, for [`close_all`].
+static STORES: Mutex<Vec<std::sync::Weak<IdleConnections>>> = Mutex::new(Vec::new());
+
+/// How many connection threads are running ([`ConnectTarget::connect`]), and the signal that
+/// one ended.
+static THREADS: Mutex<usize> = Mutex::new(0);
+static THREAD_ENDED: Condvar = Condvar::new();
+
+/// Counts a connection thread from before it is spawned until it ends.
+struct ThreadCount;
+
+impl ThreadCount {
+    fn start() -> Self {
+        if let Ok(mut threads) = THREADS.lock() {
+            *threads += 1;
+        }
+        ThreadCount
+    }
+}
+
+impl Drop for ThreadCount {
+    fn drop(&mut self) {
+        if let Ok(mut threads) = THREADS.lock() {
+            *threads = threads.saturating_sub(1);
+        }
+        THREAD_ENDED.notify_all();
+    }
+}
+
+/// Ends every Postgres session quiver keeps, as a client should before its process exits:
+/// closes the idle connections of every target (a query's transactions end first, and their
+/// connections are closed as they come back), then waits up to `limit` for the connection
+/// threads to end. A connection's thread sends the server its Terminate message as it ends;
+/// without that the server logs each session of the process as lost ("unexpected EOF on
+/// client connection", "with an open transaction" when a query's rollback had not run yet)
+/// and counts it in `pg_stat_database.sessions_abandoned`. Returns whether every connection
+/// ended in time (a scan still running keeps its connection). Targets stay usable: their
+/// next query connects again.
+pub fn close_all(limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    if let Ok(mut shared) = SHARED.lock() {
+        shared.clear();
+    }
+    loop {
+        let stores: Vec<Arc<IdleConnections>> = match STORES.lock() {
+            Ok(stores) => stores.iter().filter_map(std::sync::Weak::upgrade).collect(),
+            Err(_) => Vec::new(),
+        };
+        for store in stores {
+            store.close();
+        }
+        let Ok(threads) = THREADS.lock() else {
+            return false;
+        };
+        if *threads == 0 {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        // Short waits: a rollback that ends gives its connection back to a store, to close.
+        let wait = (deadline - now).min(Duration::from_millis(5));
+        if THREAD_ENDED.wait_timeout(threads, wait).is_err() {
+            return false;
+        }
     }
 }
 
@@ -330,7 +420,7 @@ impl ConnectTarget {
             config,
             tls,
             host_passwords,
-            idle: Arc::default(),
+            idle: IdleConnections::registered(),
         })
     }
 
@@ -443,9 +533,13 @@ impl ConnectTarget {
             .map_err(not_started)?;
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let target = self.clone();
+        let count = ThreadCount::start();
         std::thread::Builder::new()
             .name("quiver-postgres".into())
-            .spawn(move || connection_thread(runtime, target, sender))
+            .spawn(move || {
+                connection_thread(runtime, target, sender);
+                drop(count);
+            })
             .map_err(not_started)?;
         // Dropping this future (Ctrl-C) drops the receiver, which abandons the login.
         match receiver.await {

@@ -255,6 +255,14 @@ fn _describe_source(py: Python<'_>, object: Bound<'_, PyAny>) -> PyResult<Py<PyL
     Ok(PyList::new(py, pairs)?.unbind())
 }
 
+/// Ends the Postgres sessions the process keeps, waiting up to `seconds` (at interpreter
+/// exit, so the servers do not log them as lost connections); whether all ended in time.
+#[pyfunction]
+fn _close_postgres_connections(py: Python<'_>, seconds: f64) -> bool {
+    let limit = std::time::Duration::from_secs_f64(seconds.clamp(0.0, 60.0));
+    py.detach(|| quiver_core::close_postgres_connections(limit))
+}
+
 #[pymodule]
 fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Connection>()?;
@@ -262,6 +270,7 @@ fn _quiver(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Table>()?;
     m.add_function(wrap_pyfunction!(_direct_strings, m)?)?;
     m.add_function(wrap_pyfunction!(_describe_source, m)?)?;
+    m.add_function(wrap_pyfunction!(_close_postgres_connections, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
