@@ -199,19 +199,22 @@ impl PostgresSchema {
         if wanted.len() < 2 {
             return;
         }
-        let wanted = &wanted;
-        let described = self
-            .target
-            .with_connection(|connection| async move {
-                let relations = describe_relations(&connection, &self.schema, wanted).await;
-                (connection, relations)
-            })
-            .await;
-        if let Ok(relations) = described {
+        if let Ok(relations) = self.describe(&wanted).await {
             for relation in relations {
                 self.keep(relation);
             }
         }
+    }
+
+    /// The relations of `names` in this schema, described on one of the target's connections
+    /// ([`describe_relations`]); a name that is not there is left out.
+    async fn describe(&self, names: &[&str]) -> Result<Vec<Relation>> {
+        self.target
+            .with_connection(|connection| async move {
+                let relations = describe_relations(&connection, &self.schema, names).await;
+                (connection, relations)
+            })
+            .await
     }
 }
 
@@ -232,17 +235,11 @@ impl SchemaProvider for PostgresSchema {
         if !self.table_exist(name) {
             return Ok(None);
         }
-        let relation = self
-            .target
-            .with_connection(|connection| async move {
-                let relation = describe_relation(&connection, &self.schema, name).await;
-                (connection, relation)
-            })
-            .await;
-        match relation {
-            Ok(relation) => Ok(Some(self.keep(relation))),
-            // Dropped on the server since the attach.
-            Err(PostgresError::NotFound(_)) => Ok(None),
+        match self.describe(&[name]).await {
+            // None: dropped on the server since the attach.
+            Ok(mut relations) => Ok(relations
+                .pop()
+                .map(|relation| self.keep(relation) as Arc<dyn TableProvider>)),
             Err(error) => Err(DataFusionError::from(error)),
         }
     }
