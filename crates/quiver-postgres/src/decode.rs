@@ -205,30 +205,45 @@ impl ColumnBuilder {
         /// one is found; anything else takes [`fixed`], whose error names a wrong width.
         macro_rules! append_fixed {
             ($builder:expr, $name:literal, $n:literal, $convert:expr) => {{
-                for (row, span) in spans.enumerate() {
+                let (mut count, mut any_null) = (0, false);
+                for (row, span) in spans.clone().enumerate() {
+                    count += 1;
                     if span.len < 0 {
-                        $builder.append_null();
+                        $builder.values.push(Default::default());
+                        any_null = true;
                         continue;
                     }
                     let start = span.start as usize;
                     match input.get(start..).and_then(|rest| rest.first_chunk::<$n>()) {
                         Some(raw) if span.len == $n => {
                             let value: Result<_, String> = $convert(*raw);
-                            $builder.append_value(value.map_err(|m| (row, m))?)
+                            $builder.values.push(value.map_err(|m| (row, m))?)
                         }
                         // The checked path, with `fixed`'s error for a wrong width.
                         _ => {
                             let bytes = span.value(input).map_err(|m| (row, m))?;
                             let value: Result<_, String> =
                                 fixed::<$n>(bytes.unwrap_or_default(), $name).and_then($convert);
-                            $builder.append_value(value.map_err(|m| (row, m))?)
+                            $builder.values.push(value.map_err(|m| (row, m))?)
                         }
                     }
                 }
+                append_validity(&mut $builder.nulls, spans, count, any_null);
             }};
         }
         match self {
-            ColumnBuilder::Bool(b) => append_fixed!(b, "bool", 1, |[v]: [u8; 1]| Ok(v != 0)),
+            // Bits, appended with their validity by Arrow's builder.
+            ColumnBuilder::Bool(b) => {
+                for (row, span) in spans.enumerate() {
+                    match span.value(input).map_err(|m| (row, m))? {
+                        Some(bytes) => {
+                            let [value] = fixed::<1>(bytes, "bool").map_err(|m| (row, m))?;
+                            b.append_value(value != 0)
+                        }
+                        None => b.append_null(),
+                    }
+                }
+            }
             ColumnBuilder::Int2(b) => {
                 append_fixed!(b, "int2", 2, |raw| Ok(i16::from_be_bytes(raw)))
             }
@@ -246,9 +261,12 @@ impl ColumnBuilder {
             }
             ColumnBuilder::Numeric(b, _, scale) => {
                 let scale = *scale;
-                for (row, span) in spans.enumerate() {
+                let (mut count, mut any_null) = (0, false);
+                for (row, span) in spans.clone().enumerate() {
+                    count += 1;
                     if span.len < 0 {
-                        b.append_null();
+                        b.values.push(0);
+                        any_null = true;
                         continue;
                     }
                     let start = span.start as usize;
@@ -263,8 +281,9 @@ impl ColumnBuilder {
                                 .map_err(|m| (row, m))?
                         }
                     };
-                    b.append_value(value);
+                    b.values.push(value);
                 }
+                append_validity(&mut b.nulls, spans, count, any_null);
             }
             ColumnBuilder::Text(b) | ColumnBuilder::Bytea(b) => b.append_spans(input, spans)?,
             ColumnBuilder::Date(b) => {
@@ -405,6 +424,29 @@ impl ListBuilder {
     }
 }
 
+/// Appends the validity of `count` values just appended, located by `spans`: all valid in one
+/// step when none of them was NULL (`any_null` false, the usual case), else span by span. The
+/// column loops push their values alone and call this once per run: the validity appended
+/// value by value was 15% of the instructions decoding `lineitem`'s rows took (callgrind, the
+/// `decode_copy` example). (A run that
+/// stops at an error leaves the builder's validity behind its values; the scan ends with that
+/// error, and the builder is not used again.)
+#[inline]
+fn append_validity<'a>(
+    nulls: &mut NullBufferBuilder,
+    spans: impl Iterator<Item = &'a FieldSpan>,
+    count: usize,
+    any_null: bool,
+) {
+    if any_null {
+        for span in spans.take(count) {
+            nulls.append(span.len >= 0);
+        }
+    } else {
+        nulls.append_n_non_nulls(count);
+    }
+}
+
 /// A fixed-width column: values and validity, appended with an inlined push instead of the
 /// per-value call of Arrow's builders. It starts with room for a batch, and keeps that room
 /// batch after batch.
@@ -504,10 +546,12 @@ impl VarBytes {
         Self::offset(at + total).map_err(|m| (0, m))?;
         self.values.reserve(total + WIDE);
         self.offsets.reserve(spans.size_hint().0);
-        for (row, span) in spans.enumerate() {
+        let (mut count, mut any_null) = (0, false);
+        for (row, span) in spans.clone().enumerate() {
+            count += 1;
             if span.len < 0 {
                 self.offsets.push(at as i32);
-                self.nulls.append_null();
+                any_null = true;
                 continue;
             }
             let (start, len) = (span.start as usize, span.len as usize);
@@ -527,8 +571,8 @@ impl VarBytes {
             self.values.truncate(at);
             // At most the total checked above.
             self.offsets.push(at as i32);
-            self.nulls.append_non_null();
         }
+        append_validity(&mut self.nulls, spans, count, any_null);
         Ok(())
     }
 
