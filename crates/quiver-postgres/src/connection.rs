@@ -102,9 +102,7 @@ impl IdleConnections {
         connections
             .retain(|(connection, since)| !connection.is_closed() && since.elapsed() < IDLE_LIMIT);
     }
-}
 
-impl IdleConnections {
     /// A new store, known to [`close_all`].
     fn registered() -> Arc<Self> {
         let store = Arc::new(IdleConnections::default());

@@ -205,9 +205,8 @@ impl ColumnBuilder {
         /// one is found; anything else takes [`fixed`], whose error names a wrong width.
         macro_rules! append_fixed {
             ($builder:expr, $name:literal, $n:literal, $convert:expr) => {{
-                let (mut count, mut any_null) = (0, false);
+                let (before, mut any_null) = ($builder.values.len(), false);
                 for (row, span) in spans.clone().enumerate() {
-                    count += 1;
                     if span.len < 0 {
                         $builder.values.push(Default::default());
                         any_null = true;
@@ -228,6 +227,7 @@ impl ColumnBuilder {
                         }
                     }
                 }
+                let count = $builder.values.len() - before;
                 append_validity(&mut $builder.nulls, spans, count, any_null);
             }};
         }
@@ -261,9 +261,8 @@ impl ColumnBuilder {
             }
             ColumnBuilder::Numeric(b, _, scale) => {
                 let scale = *scale;
-                let (mut count, mut any_null) = (0, false);
+                let (before, mut any_null) = (b.values.len(), false);
                 for (row, span) in spans.clone().enumerate() {
-                    count += 1;
                     if span.len < 0 {
                         b.values.push(0);
                         any_null = true;
@@ -283,6 +282,7 @@ impl ColumnBuilder {
                     };
                     b.values.push(value);
                 }
+                let count = b.values.len() - before;
                 append_validity(&mut b.nulls, spans, count, any_null);
             }
             ColumnBuilder::Text(b) | ColumnBuilder::Bytea(b) => b.append_spans(input, spans)?,
@@ -424,13 +424,13 @@ impl ListBuilder {
     }
 }
 
-/// Appends the validity of `count` values just appended, located by `spans`: all valid in one
-/// step when none of them was NULL (`any_null` false, the usual case), else span by span. The
-/// column loops push their values alone and call this once per run: the validity appended
-/// value by value was 15% of the instructions decoding `lineitem`'s rows took (callgrind, the
-/// `decode_copy` example). (A run that
-/// stops at an error leaves the builder's validity behind its values; the scan ends with that
-/// error, and the builder is not used again.)
+/// Appends the validity of a run of `count` values just appended, one per span of `spans`:
+/// all valid in one step when none of them was NULL (`any_null` false, the usual case), else
+/// span by span. The column loops push their values alone and call this once per run (the
+/// validity appended value by value was 15% of the instructions decoding `lineitem`'s rows
+/// took; callgrind, the `decode_copy` example). A run that stops at an error returns before
+/// this: the builder's validity stays behind its values, the scan ends with that error, and
+/// the builder is not used again.
 #[inline]
 fn append_validity<'a>(
     nulls: &mut NullBufferBuilder,
@@ -439,7 +439,7 @@ fn append_validity<'a>(
     any_null: bool,
 ) {
     if any_null {
-        for span in spans.take(count) {
+        for span in spans {
             nulls.append(span.len >= 0);
         }
     } else {
@@ -546,9 +546,8 @@ impl VarBytes {
         Self::offset(at + total).map_err(|m| (0, m))?;
         self.values.reserve(total + WIDE);
         self.offsets.reserve(spans.size_hint().0);
-        let (mut count, mut any_null) = (0, false);
+        let (before, mut any_null) = (self.offsets.len(), false);
         for (row, span) in spans.clone().enumerate() {
-            count += 1;
             if span.len < 0 {
                 self.offsets.push(at as i32);
                 any_null = true;
@@ -572,6 +571,7 @@ impl VarBytes {
             // At most the total checked above.
             self.offsets.push(at as i32);
         }
+        let count = self.offsets.len() - before;
         append_validity(&mut self.nulls, spans, count, any_null);
         Ok(())
     }
