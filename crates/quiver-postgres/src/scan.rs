@@ -1121,11 +1121,20 @@ impl TaskReader {
         let connection = self.pool.acquire().await?;
         let home = connection.client()?.home().clone();
         let reader = self.clone();
+        let closed = self.pool.closed();
         // Aborted when dropped: a cancelled query stops its reading (and, through the
-        // connection's guard, the server's COPY).
+        // connection's guard, the server's COPY). So does closing the pool at exit, whether
+        // or not anyone still polls the scan.
         let read = {
             let _home = home.enter();
-            SpawnedTask::spawn(async move { reader.read(connection, &tasks, tx).await })
+            SpawnedTask::spawn(async move {
+                tokio::select! {
+                    outcome = reader.read(connection, &tasks, tx) => outcome,
+                    () = closed => Err(SnapshotPool::closed_error(
+                        format!("reading {}", reader.plan.source),
+                    )),
+                }
+            })
         };
         match read.join().await {
             Ok(outcome) => outcome,

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use arrow::record_batch::RecordBatch;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use tokio_postgres::SimpleQueryMessage;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::connection::{ConnectTarget, PgConnection};
 use crate::error::{PostgresError, Result};
@@ -60,6 +61,21 @@ pub fn snapshot_for_query(key: QueryKey, target: &ConnectTarget) -> Arc<Snapshot
     pool
 }
 
+/// Ends the sessions of every query still running, for [`crate::connection::close_all`] (the
+/// process is exiting): each pool's connections are closed (their transactions end with their
+/// sessions), the scans reading in it stop with an error rather than end short, and it gives
+/// out no more connections. A query left half-read — a Python reader nobody finished — would
+/// otherwise hold its connections until the process is gone.
+pub(crate) fn close_all_pools() {
+    let pools: Vec<Arc<SnapshotPool>> = match registry().lock() {
+        Ok(map) => map.values().filter_map(Weak::upgrade).collect(),
+        Err(_) => Vec::new(),
+    };
+    for pool in pools {
+        pool.close();
+    }
+}
+
 /// Connections that all read in one exported snapshot.
 pub struct SnapshotPool {
     target: ConnectTarget,
@@ -73,6 +89,8 @@ pub struct SnapshotPool {
     scans: Mutex<HashMap<String, usize>>,
     /// Reads shared by identical scans, by statements and partition (see [`Self::shared_read`]).
     shared: Mutex<HashMap<String, SharedEntry>>,
+    /// Cancelled when the pool is closed ([`close_all_pools`]).
+    closed: CancellationToken,
 }
 
 /// The batches of one shared read, or its error (shared: errors do not clone).
@@ -104,6 +122,36 @@ impl SnapshotPool {
             exporter: Mutex::new(None),
             scans: Mutex::new(HashMap::new()),
             shared: Mutex::new(HashMap::new()),
+            closed: CancellationToken::new(),
+        }
+    }
+
+    /// Closes the pool's connections and stops its scans (see [`close_all_pools`]).
+    fn close(&self) {
+        self.closed.cancel();
+        let idle = match self.idle.lock() {
+            Ok(mut idle) => std::mem::take(&mut *idle),
+            Err(_) => Vec::new(),
+        };
+        let exporter = self
+            .exporter
+            .lock()
+            .ok()
+            .and_then(|mut exporter| exporter.take());
+        drop((idle, exporter));
+    }
+
+    /// Completes when the pool is closed: a scan's read races it, and stops (dropping its
+    /// connection, which cancels the server's COPY) when it wins.
+    pub(crate) fn closed(&self) -> WaitForCancellationFutureOwned {
+        self.closed.clone().cancelled_owned()
+    }
+
+    /// The error of a scan whose pool was closed.
+    pub(crate) fn closed_error(what: String) -> PostgresError {
+        PostgresError::Server {
+            what,
+            message: "the Postgres connections were closed (the process is exiting)".into(),
         }
     }
 
@@ -154,6 +202,9 @@ impl SnapshotPool {
 
     /// A connection inside the snapshot's transaction: an idle one, or a new one.
     pub async fn acquire(self: &Arc<Self>) -> Result<PooledClient> {
+        if self.closed.is_cancelled() {
+            return Err(Self::closed_error("reading".into()));
+        }
         let snapshot = self
             .snapshot
             .get_or_try_init(|| self.export_snapshot())
@@ -197,6 +248,9 @@ impl SnapshotPool {
                 what: "exporting the snapshot".into(),
                 message: "pg_export_snapshot() returned no identifier".into(),
             })?;
+        if self.closed.is_cancelled() {
+            return Err(Self::closed_error("exporting the snapshot".into()));
+        }
         match self.exporter.lock() {
             Ok(mut exporter) => *exporter = Some(client),
             Err(_) => {
@@ -220,6 +274,9 @@ impl SnapshotPool {
     }
 
     fn give_back(&self, client: PgConnection) {
+        if self.closed.is_cancelled() {
+            return;
+        }
         if let Ok(mut idle) = self.idle.lock() {
             idle.push(client);
         }
