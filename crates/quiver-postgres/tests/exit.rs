@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod streams;
 
 use std::time::Duration;
 
@@ -44,7 +45,6 @@ async fn closing_at_exit_ends_a_scan_nobody_finished() {
         .await
         .expect("a first batch")
         .expect("no error yet");
-    let mut rows = first.num_rows();
     assert_ne!(pg.psql("shop", &sessions), "0", "the scan holds no session");
 
     // The consumer has stopped polling; the process exits.
@@ -69,18 +69,8 @@ async fn closing_at_exit_ends_a_scan_nobody_finished() {
     );
 
     // Batches already decoded may still come; then the error, never a quiet end.
-    let mut failed = None;
-    while let Some(batch) = stream.next().await {
-        match batch {
-            Ok(batch) => rows += batch.num_rows(),
-            Err(error) => {
-                failed = Some(error.to_string());
-                break;
-            }
-        }
-    }
-    let error =
-        failed.unwrap_or_else(|| panic!("the scan ended without an error after {rows} rows"));
+    let (more, error) = streams::read_to_error(&mut stream).await;
+    let rows = first.num_rows() + more;
     assert!(rows < 100_000, "every row arrived before the close");
     assert!(error.contains("connections were closed"), "{error}");
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod streams;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -1001,19 +1002,8 @@ async fn a_terminated_backend_is_an_error_not_a_short_result() {
          WHERE application_name = 'quiver_terminate_test' AND query LIKE 'COPY%'",
     );
     assert_eq!(killed, "1");
-    let mut rows = first.num_rows();
-    let mut failed = None;
-    while let Some(batch) = stream.next().await {
-        match batch {
-            Ok(batch) => rows += batch.num_rows(),
-            Err(error) => {
-                failed = Some(error.to_string());
-                break;
-            }
-        }
-    }
-    let error =
-        failed.unwrap_or_else(|| panic!("the scan ended without an error after {rows} rows"));
+    let (more, error) = streams::read_to_error(&mut stream).await;
+    let rows = first.num_rows() + more;
     assert!(rows < 100_000, "all rows arrived before the termination");
     assert!(
         error.contains("terminating connection")
