@@ -9,7 +9,7 @@ mod streams;
 
 use std::time::Duration;
 
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use quiver_postgres::connection::close_all;
 use quiver_postgres::register_postgres_functions;
@@ -31,9 +31,14 @@ async fn closing_at_exit_ends_a_scan_nobody_finished() {
         )
     };
     let before = abandoned();
-    let ctx = SessionContext::new();
+    // Small batches on two partitions: what the reads can hand on before they block (a few
+    // batches a partition) stays far below the table's rows, on any machine.
+    let config = SessionConfig::new()
+        .with_target_partitions(2)
+        .with_batch_size(1024);
+    let ctx = SessionContext::new_with_config(config);
     register_postgres_functions(&ctx);
-    // `wide` is ~8,300 pages: nine tasks on two connections, one of them the exporter.
+    // `wide` is ~8,300 pages: nine tasks on two connections, besides the exporter's.
     let sql = format!(
         "SELECT * FROM postgres_scan('{} application_name={app}', 'public', 'wide', \
          named_struct('connections', 2))",
