@@ -129,16 +129,19 @@ impl SnapshotPool {
     /// Closes the pool's connections and stops its scans (see [`close_all_pools`]).
     fn close(&self) {
         self.closed.cancel();
-        let idle = match self.idle.lock() {
+        drop(self.take_connections());
+    }
+
+    /// The connections the pool holds (its idle ones and the exporter), taken out of it.
+    fn take_connections(&self) -> Vec<PgConnection> {
+        let mut connections = match self.idle.lock() {
             Ok(mut idle) => std::mem::take(&mut *idle),
             Err(_) => Vec::new(),
         };
-        let exporter = self
-            .exporter
-            .lock()
-            .ok()
-            .and_then(|mut exporter| exporter.take());
-        drop((idle, exporter));
+        if let Ok(mut exporter) = self.exporter.lock() {
+            connections.extend(exporter.take());
+        }
+        connections
     }
 
     /// Completes when the pool is closed: a scan's read races it, and stops (dropping its
@@ -307,13 +310,7 @@ impl Drop for SnapshotPool {
     /// next query. The rollback runs at once, on the connections' I/O runtime: a session
     /// idling in a transaction would hold back the server's vacuum.
     fn drop(&mut self) {
-        let mut connections: Vec<PgConnection> = match self.idle.get_mut() {
-            Ok(idle) => std::mem::take(idle),
-            Err(_) => Vec::new(),
-        };
-        if let Ok(exporter) = self.exporter.get_mut() {
-            connections.extend(exporter.take());
-        }
+        let connections = self.take_connections();
         let Ok(runtime) = crate::connection::io_runtime() else {
             return;
         };
