@@ -10,7 +10,6 @@ mod streams;
 use std::time::Duration;
 
 use datafusion::prelude::{SessionConfig, SessionContext};
-use futures::StreamExt;
 use quiver_postgres::connection::close_all;
 use quiver_postgres::register_postgres_functions;
 
@@ -44,12 +43,7 @@ async fn closing_at_exit_ends_a_scan_nobody_finished() {
          named_struct('connections', 2))",
         pg.dsn("shop")
     );
-    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
-    let first = stream
-        .next()
-        .await
-        .expect("a first batch")
-        .expect("no error yet");
+    let (mut stream, first) = streams::first_batch(&ctx, &sql).await;
     assert_ne!(pg.psql("shop", &sessions), "0", "the scan holds no session");
 
     // The consumer has stopped polling; the process exits.

@@ -15,7 +15,6 @@ use arrow::datatypes::{
 };
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
-use futures::StreamExt;
 use quiver_postgres::register_postgres_functions;
 
 fn context() -> SessionContext {
@@ -941,8 +940,7 @@ async fn a_cancel_request_is_encrypted_as_its_connection_is() {
          named_struct('pages_per_task', 1000000))",
         lit(&dsn)
     );
-    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
-    assert!(stream.next().await.expect("a first batch").is_ok());
+    let (stream, _) = streams::first_batch(&ctx, &sql).await;
     let logins = seen.lock().unwrap().len();
     let copying = format!(
         "SELECT count(*) FROM pg_stat_activity \
@@ -989,12 +987,7 @@ async fn a_terminated_backend_is_an_error_not_a_short_result() {
         "SELECT * FROM postgres_scan({}, 'public', 'wide', named_struct('connections', 1), named_struct('pages_per_task', 1000000))",
         lit(&dsn)
     );
-    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
-    let first = stream
-        .next()
-        .await
-        .expect("a first batch")
-        .expect("no error yet");
+    let (mut stream, first) = streams::first_batch(&ctx, &sql).await;
     assert!(first.num_rows() > 0);
     let killed = pg.psql(
         "shop",
@@ -1071,8 +1064,7 @@ async fn dropping_a_scan_cancels_the_server_side_copy() {
         "SELECT * FROM postgres_scan({}, 'public', 'wide', named_struct('connections', 1), named_struct('pages_per_task', 1000000))",
         lit(&dsn)
     );
-    let mut stream = ctx.sql(&sql).await.unwrap().execute_stream().await.unwrap();
-    assert!(stream.next().await.expect("a first batch").is_ok());
+    let (stream, _) = streams::first_batch(&ctx, &sql).await;
     let copying = "SELECT count(*) FROM pg_stat_activity \
                    WHERE application_name = 'quiver_cancel_test' AND query LIKE 'COPY%' AND state = 'active'";
     assert_eq!(

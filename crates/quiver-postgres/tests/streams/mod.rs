@@ -1,8 +1,25 @@
 //! Reading a scan's stream in the tests of this crate (apart from `common`, which the CLI's
 //! tests share and which has no DataFusion).
 
+use arrow::array::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::prelude::SessionContext;
 use futures::StreamExt;
+
+/// Starts `sql` and reads its first batch, which must come and be no error: the stream left
+/// running and that batch.
+pub async fn first_batch(
+    ctx: &SessionContext,
+    sql: &str,
+) -> (SendableRecordBatchStream, RecordBatch) {
+    let mut stream = ctx.sql(sql).await.unwrap().execute_stream().await.unwrap();
+    let first = stream
+        .next()
+        .await
+        .expect("a first batch")
+        .expect("no error yet");
+    (stream, first)
+}
 
 /// Reads `stream` on to its first error, which it must end with: the rows that came before it
 /// and the error's text. A stream that ends without one fails the test (a scan cut short must
