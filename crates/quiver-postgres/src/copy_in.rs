@@ -306,7 +306,7 @@ impl PostgresSink {
         Ok(self)
     }
 
-    async fn write(&self, mut data: SendableRecordBatchStream) -> Result<u64> {
+    async fn write(&self, data: SendableRecordBatchStream) -> Result<u64> {
         let columns: Vec<PgColumn> = self
             .written
             .iter()
@@ -318,13 +318,62 @@ impl PostgresSink {
                 column.name, self.qualified
             )));
         }
+        let schema = Arc::new(
+            self.schema
+                .project(&self.written)
+                .map_err(|e| PostgresError::InvalidArgument(e.to_string()))?,
+        );
+        let rows = data.map(|batch| {
+            batch
+                .and_then(|batch| Ok(batch.project(&self.written)?))
+                .map_err(|e| PostgresError::InvalidArgument(e.to_string()))
+        });
+        TableWrite {
+            target: &self.target,
+            qualified: &self.qualified,
+            columns: &columns,
+            schema: &schema,
+            what: format!("writing to {}", self.qualified),
+        }
+        .run("BEGIN", rows)
+        .await
+    }
+}
+
+/// One transaction's write into a table: where, which columns, and their Arrow types.
+struct TableWrite<'a> {
+    target: &'a ConnectTarget,
+    qualified: &'a str,
+    columns: &'a [PgColumn],
+    /// The Arrow types of `columns`: each batch is cast to them before it is encoded.
+    schema: &'a SchemaRef,
+    /// What the write does, for its errors ("writing to …", "creating …").
+    what: String,
+}
+
+impl TableWrite<'_> {
+    /// Writes `batches` in one transaction: `begin` opens it (and may create the table), one
+    /// binary `COPY ... FROM STDIN` streams the rows, and COMMIT ends it; returns the rows
+    /// written. An error from the input, the encoding or the server returns before the
+    /// COMMIT, and the connection is dropped with the transaction open: nothing is written.
+    async fn run(
+        &self,
+        begin: &str,
+        batches: impl futures::Stream<Item = Result<RecordBatch>>,
+    ) -> Result<u64> {
+        self.copy(begin, batches).await
+    }
+
+    async fn copy(
+        &self,
+        begin: &str,
+        batches: impl futures::Stream<Item = Result<RecordBatch>>,
+    ) -> Result<u64> {
+        let server = |e: tokio_postgres::Error| PostgresError::server(self.what.as_str(), &e);
         let client = self.target.connect().await?;
-        let what = format!("writing to {}", self.qualified);
-        client
-            .batch_execute("BEGIN")
-            .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
-        let column_list = columns
+        client.batch_execute(begin).await.map_err(server)?;
+        let column_list = self
+            .columns
             .iter()
             .map(|c| quote_ident(&c.name))
             .collect::<Vec<_>>()
@@ -336,41 +385,21 @@ impl PostgresSink {
         let sink = client
             .copy_in::<_, Bytes>(sql.as_str())
             .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
+            .map_err(server)?;
         futures::pin_mut!(sink);
-        sink.send(header())
-            .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
-        let target_schema = Arc::new(
-            self.schema
-                .project(&self.written)
-                .map_err(|e| PostgresError::InvalidArgument(e.to_string()))?,
-        );
-        while let Some(batch) = data.next().await {
+        sink.send(header()).await.map_err(server)?;
+        futures::pin_mut!(batches);
+        while let Some(batch) = batches.next().await {
             // An error from the input (or from encoding) returns early: the COPY is abandoned
             // and the connection dropped, so the transaction never commits.
-            let batch = batch
-                .and_then(|batch| Ok(batch.project(&self.written)?))
-                .map_err(|e| PostgresError::InvalidArgument(e.to_string()))?;
-            let batch = cast_batch(&batch, &target_schema, &columns)?;
+            let batch = cast_batch(&batch?, self.schema, self.columns)?;
             let mut out = BytesMut::with_capacity(batch.get_array_memory_size() + 1024);
-            encode_batch(&batch, &columns, &mut out)?;
-            sink.send(out.freeze())
-                .await
-                .map_err(|e| PostgresError::server(&what, &e))?;
+            encode_batch(&batch, self.columns, &mut out)?;
+            sink.send(out.freeze()).await.map_err(server)?;
         }
-        sink.send(trailer())
-            .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
-        let rows = sink
-            .as_mut()
-            .finish()
-            .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
-        client
-            .batch_execute("COMMIT")
-            .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
+        sink.send(trailer()).await.map_err(server)?;
+        let rows = sink.as_mut().finish().await.map_err(server)?;
+        client.batch_execute("COMMIT").await.map_err(server)?;
         Ok(rows)
     }
 }
@@ -440,51 +469,21 @@ pub async fn create_table_as(
         });
     }
     let target_schema: SchemaRef = Arc::new(arrow::datatypes::Schema::new(fields));
-    let client = target.connect().await?;
-    let what = format!("creating {qualified}");
-    client
-        .batch_execute(&format!(
+    TableWrite {
+        target,
+        qualified: &qualified,
+        columns: &columns,
+        schema: &target_schema,
+        what: format!("creating {qualified}"),
+    }
+    .run(
+        &format!(
             "BEGIN; CREATE TABLE {qualified} ({})",
             definitions.join(", ")
-        ))
-        .await
-        .map_err(|e| PostgresError::server(&what, &e))?;
-    let column_list = columns
-        .iter()
-        .map(|c| quote_ident(&c.name))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sink = client
-        .copy_in::<_, Bytes>(
-            format!("COPY {qualified} ({column_list}) FROM STDIN (FORMAT binary)").as_str(),
-        )
-        .await
-        .map_err(|e| PostgresError::server(&what, &e))?;
-    futures::pin_mut!(sink);
-    sink.send(header())
-        .await
-        .map_err(|e| PostgresError::server(&what, &e))?;
-    for batch in &batches {
-        let batch = cast_batch(batch, &target_schema, &columns)?;
-        let mut out = BytesMut::with_capacity(batch.get_array_memory_size() + 1024);
-        encode_batch(&batch, &columns, &mut out)?;
-        sink.send(out.freeze())
-            .await
-            .map_err(|e| PostgresError::server(&what, &e))?;
-    }
-    sink.send(trailer())
-        .await
-        .map_err(|e| PostgresError::server(&what, &e))?;
-    let rows = sink
-        .as_mut()
-        .finish()
-        .await
-        .map_err(|e| PostgresError::server(&what, &e))?;
-    client
-        .batch_execute("COMMIT")
-        .await
-        .map_err(|e| PostgresError::server(&what, &e))?;
-    Ok(rows)
+        ),
+        futures::stream::iter(batches.into_iter().map(Ok)),
+    )
+    .await
 }
 
 /// Casts the input's columns to the table's Arrow types (an INSERT's values may be wider).
