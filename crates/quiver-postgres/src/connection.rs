@@ -30,6 +30,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_postgres::config::{ChannelBinding, Host, SslMode as PgSsl};
 use tokio_postgres::{Client, Config, Statement};
 use tokio_util::either::Either;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{PostgresError, Result};
 use crate::options::{option, take_options};
@@ -126,6 +127,21 @@ impl IdleConnections {
 /// Every target's idle connections, for [`close_all`].
 static STORES: Mutex<Vec<std::sync::Weak<IdleConnections>>> = Mutex::new(Vec::new());
 
+/// Cancelled by [`close_all`]: the signal for work on the process's connections that no
+/// snapshot pool owns (an INSERT's or a CREATE TABLE AS's write). Such work takes the current
+/// token as it starts ([`exiting`]); `close_all` cancels it and leaves none, so work started
+/// after a close gets a new one and runs on.
+static EXITING: Mutex<Option<CancellationToken>> = Mutex::new(None);
+
+/// The token [`close_all`] cancels next.
+pub(crate) fn exiting() -> CancellationToken {
+    match EXITING.lock() {
+        Ok(mut token) => token.get_or_insert_with(CancellationToken::new).clone(),
+        // A poisoned lock only loses the early end at exit, never the work itself.
+        Err(_) => CancellationToken::new(),
+    }
+}
+
 /// How many connection threads are running ([`ConnectTarget::connect`]), and the signal that
 /// one ended.
 static THREADS: Mutex<usize> = Mutex::new(0);
@@ -154,7 +170,8 @@ impl Drop for ThreadCount {
 
 /// Ends every Postgres session quiver keeps, as a client should before its process exits:
 /// closes the connections of the queries still running (their scans stop with an error, see
-/// [`crate::snapshot::close_all_pools`]) and the idle connections of every target (a query's
+/// [`crate::snapshot::close_all_pools`]; their writes too, rolled back, see [`exiting`]) and
+/// the idle connections of every target (a query's
 /// transactions end first, and their connections are closed as they come back), then waits up
 /// to `limit` for the connection threads to end. A connection's thread sends the server its
 /// Terminate message as it ends; without that the server logs each session of the process as
@@ -168,6 +185,9 @@ pub fn close_all(limit: Duration) -> bool {
         shared.clear();
     }
     crate::snapshot::close_all_pools();
+    if let Some(token) = EXITING.lock().ok().and_then(|mut token| token.take()) {
+        token.cancel();
+    }
     loop {
         let stores: Vec<Arc<IdleConnections>> = match STORES.lock() {
             Ok(stores) => stores.iter().filter_map(std::sync::Weak::upgrade).collect(),

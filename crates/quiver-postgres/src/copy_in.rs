@@ -356,12 +356,17 @@ impl TableWrite<'_> {
     /// binary `COPY ... FROM STDIN` streams the rows, and COMMIT ends it; returns the rows
     /// written. An error from the input, the encoding or the server returns before the
     /// COMMIT, and the connection is dropped with the transaction open: nothing is written.
+    /// Closing at exit ([`crate::connection::close_all`]) ends a write the same way, at once.
     async fn run(
         &self,
         begin: &str,
         batches: impl futures::Stream<Item = Result<RecordBatch>>,
     ) -> Result<u64> {
-        self.copy(begin, batches).await
+        let exiting = crate::connection::exiting();
+        tokio::select! {
+            written = self.copy(begin, batches) => written,
+            () = exiting.cancelled() => Err(PostgresError::closed_at_exit(self.what.as_str())),
+        }
     }
 
     async fn copy(

@@ -83,6 +83,15 @@ impl PostgresError {
         }
     }
 
+    /// The error of work whose connection [`crate::connection::close_all`] closed (the
+    /// process is exiting) while it was `what`.
+    pub(crate) fn closed_at_exit(what: impl Into<String>) -> Self {
+        PostgresError::Server {
+            what: what.into(),
+            message: "the Postgres connections were closed (the process is exiting)".into(),
+        }
+    }
+
     /// Wraps this error for DataFusion; quiver-core unwraps it again when classifying.
     pub fn into_datafusion(self) -> DataFusionError {
         DataFusionError::External(Box::new(self))

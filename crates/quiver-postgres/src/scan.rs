@@ -1130,9 +1130,10 @@ impl TaskReader {
             SpawnedTask::spawn(async move {
                 tokio::select! {
                     outcome = reader.read(connection, &tasks, tx) => outcome,
-                    () = closed => Err(SnapshotPool::closed_error(
-                        format!("reading {}", reader.plan.source),
-                    )),
+                    () = closed => Err(PostgresError::closed_at_exit(format!(
+                        "reading {}",
+                        reader.plan.source
+                    ))),
                 }
             })
         };

@@ -150,14 +150,6 @@ impl SnapshotPool {
         self.closed.clone().cancelled_owned()
     }
 
-    /// The error of a scan whose pool was closed.
-    pub(crate) fn closed_error(what: String) -> PostgresError {
-        PostgresError::Server {
-            what,
-            message: "the Postgres connections were closed (the process is exiting)".into(),
-        }
-    }
-
     /// Counts a planned scan that reads `statements` (see [`Self::scans_reading`]).
     pub fn register_scan(&self, statements: &str) {
         if let Ok(mut scans) = self.scans.lock() {
@@ -206,7 +198,7 @@ impl SnapshotPool {
     /// A connection inside the snapshot's transaction: an idle one, or a new one.
     pub async fn acquire(self: &Arc<Self>) -> Result<PooledClient> {
         if self.closed.is_cancelled() {
-            return Err(Self::closed_error("reading".into()));
+            return Err(PostgresError::closed_at_exit("reading"));
         }
         let snapshot = self
             .snapshot
@@ -252,7 +244,7 @@ impl SnapshotPool {
                 message: "pg_export_snapshot() returned no identifier".into(),
             })?;
         if self.closed.is_cancelled() {
-            return Err(Self::closed_error("exporting the snapshot".into()));
+            return Err(PostgresError::closed_at_exit("exporting the snapshot"));
         }
         match self.exporter.lock() {
             Ok(mut exporter) => *exporter = Some(client),
