@@ -171,14 +171,13 @@ impl Drop for ThreadCount {
 /// Ends every Postgres session quiver keeps, as a client should before its process exits:
 /// closes the connections of the queries still running (their scans stop with an error, see
 /// [`crate::snapshot::close_all_pools`]; their writes too, rolled back, see [`exiting`]) and
-/// the idle connections of every target (a query's
-/// transactions end first, and their connections are closed as they come back), then waits up
-/// to `limit` for the connection threads to end. A connection's thread sends the server its
-/// Terminate message as it ends; without that the server logs each session of the process as
-/// lost ("unexpected EOF on client connection", "with an open transaction" when a query's
-/// rollback had not run yet) and counts it in `pg_stat_database.sessions_abandoned`. Returns
-/// whether every connection ended in time. Targets stay usable: their next query connects
-/// again.
+/// the idle connections of every target (a query's transactions end first, and their
+/// connections are closed as they come back), then waits up to `limit` for the connection
+/// threads to end. A connection's thread sends the server its Terminate message as it ends;
+/// without that the server logs each session of the process as lost ("unexpected EOF on
+/// client connection", "with an open transaction" when a query's rollback had not run yet)
+/// and counts it in `pg_stat_database.sessions_abandoned`. Returns whether every connection
+/// ended in time. Targets stay usable: their next query connects again.
 pub fn close_all(limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     if let Ok(mut shared) = SHARED.lock() {
