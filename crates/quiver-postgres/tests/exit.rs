@@ -48,15 +48,12 @@ async fn close_all_and_check(pg: &common::PgCluster, app: &str) {
         .await
         .unwrap();
     assert!(ended, "connection threads still running after {limit:?}");
-    let mut left = String::new();
-    for _ in 0..100 {
-        left = pg.psql("shop", &sessions);
-        if left == "0" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(left, "0", "backends left after closing");
+    streams::wait_until(5, || pg.psql("shop", &sessions) == "0").await;
+    assert_eq!(
+        pg.psql("shop", &sessions),
+        "0",
+        "backends left after closing"
+    );
     assert_eq!(
         abandoned(),
         before,
@@ -146,12 +143,7 @@ async fn closing_at_exit_rolls_back_a_write_still_running() {
     });
     // The server has taken the first batch's rows: the COPY is under way.
     let progress = "SELECT coalesce(max(tuples_processed), 0) FROM pg_stat_progress_copy";
-    for _ in 0..200 {
-        if pg.psql("shop", progress) == "1000" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    streams::wait_until(5, || pg.psql("shop", progress) == "1000").await;
     assert_eq!(pg.psql("shop", progress), "1000", "the COPY never started");
 
     close_all_and_check(pg, app).await;

@@ -952,7 +952,7 @@ async fn a_cancel_request_is_encrypted_as_its_connection_is() {
         "the COPY runs while the scan is read"
     );
     drop(stream);
-    wait_until(5, || {
+    streams::wait_until(5, || {
         seen.lock().unwrap().len() > logins && pg.psql("shop", &copying) == "0"
     })
     .await;
@@ -1074,7 +1074,7 @@ async fn dropping_a_scan_cancels_the_server_side_copy() {
     );
     // What Ctrl-C does: the consumer drops the stream.
     drop(stream);
-    wait_until(10, || pg.psql("shop", copying) == "0").await;
+    streams::wait_until(10, || pg.psql("shop", copying) == "0").await;
     assert_eq!(
         pg.psql("shop", copying),
         "0",
@@ -1184,15 +1184,6 @@ async fn several_tables_are_described_in_one_statement_as_one_by_one() {
     pg.psql("shop", "DROP SCHEMA described CASCADE");
 }
 
-/// Polls `done` every 50 ms until it holds or `seconds` have passed; the caller asserts what
-/// it waited for.
-async fn wait_until(seconds: u64, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
-    while !done() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 /// Polls until the backends named `app` all idle outside a transaction (no snapshot held back
 /// from vacuum), and returns their process ids, sorted.
 async fn idle_backends(pg: &common::PgCluster, app: &str) -> String {
@@ -1200,7 +1191,7 @@ async fn idle_backends(pg: &common::PgCluster, app: &str) -> String {
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' \
          AND (state <> 'idle' OR backend_xmin IS NOT NULL)"
     );
-    wait_until(5, || pg.psql("shop", &busy) == "0").await;
+    streams::wait_until(5, || pg.psql("shop", &busy) == "0").await;
     assert_eq!(
         pg.psql("shop", &busy),
         "0",

@@ -1,5 +1,6 @@
-//! Reading a scan's stream in the tests of this crate (apart from `common`, which the CLI's
-//! tests share and which has no DataFusion).
+//! Reading a scan's stream, and waiting for the server to show something, in the tests of
+//! this crate (apart from `common`, which the CLI's tests share and which has no DataFusion
+//! and no runtime).
 
 use arrow::array::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
@@ -33,4 +34,13 @@ pub async fn read_to_error(stream: &mut SendableRecordBatchStream) -> (usize, St
         }
     }
     panic!("the scan ended without an error after {rows} rows")
+}
+
+/// Polls `done` every 50 ms until it holds or `seconds` have passed; the caller asserts what
+/// it waited for.
+pub async fn wait_until(seconds: u64, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while !done() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
