@@ -195,46 +195,15 @@ impl ColumnBuilder {
     /// Appends one column's values of consecutive rows, located by `spans` in `input`: a
     /// loop per type, so the hot types (integers, floats, numeric, text, dates) decode
     /// without a dispatch per value. An error names the offending row's index in `spans`.
-    pub fn append_spans<'a>(
+    pub fn append_spans(
         &mut self,
         input: &[u8],
-        spans: impl Iterator<Item = &'a FieldSpan> + Clone,
+        spans: ColumnSpans<'_>,
     ) -> Result<(), (usize, String)> {
-        /// Appends each span's `N`-byte value converted by `$convert` (`[u8; N]` →
-        /// `Result<value, String>`): one bounds check per value and no error to build unless
-        /// one is found; anything else takes [`fixed`], whose error names a wrong width.
-        macro_rules! append_fixed {
-            ($builder:expr, $name:literal, $n:literal, $convert:expr) => {{
-                let (before, mut any_null) = ($builder.values.len(), false);
-                for (row, span) in spans.clone().enumerate() {
-                    if span.len < 0 {
-                        $builder.values.push(Default::default());
-                        any_null = true;
-                        continue;
-                    }
-                    let start = span.start as usize;
-                    match input.get(start..).and_then(|rest| rest.first_chunk::<$n>()) {
-                        Some(raw) if span.len == $n => {
-                            let value: Result<_, String> = $convert(*raw);
-                            $builder.values.push(value.map_err(|m| (row, m))?)
-                        }
-                        // The checked path, with `fixed`'s error for a wrong width.
-                        _ => {
-                            let bytes = span.value(input).map_err(|m| (row, m))?;
-                            let value: Result<_, String> =
-                                fixed::<$n>(bytes.unwrap_or_default(), $name).and_then($convert);
-                            $builder.values.push(value.map_err(|m| (row, m))?)
-                        }
-                    }
-                }
-                let count = $builder.values.len() - before;
-                append_validity(&mut $builder.nulls, spans, count, any_null);
-            }};
-        }
         match self {
             // Bits, appended with their validity by Arrow's builder.
             ColumnBuilder::Bool(b) => {
-                for (row, span) in spans.enumerate() {
+                for (row, span) in spans.iter().enumerate() {
                     match span.value(input).map_err(|m| (row, m))? {
                         Some(bytes) => {
                             let [value] = fixed::<1>(bytes, "bool").map_err(|m| (row, m))?;
@@ -245,57 +214,32 @@ impl ColumnBuilder {
                 }
             }
             ColumnBuilder::Int2(b) => {
-                append_fixed!(b, "int2", 2, |raw| Ok(i16::from_be_bytes(raw)))
+                b.append_spans::<2>(input, spans, "int2", |raw| Ok(i16::from_be_bytes(raw)))?
             }
             ColumnBuilder::Int4(b) => {
-                append_fixed!(b, "int4", 4, |raw| Ok(i32::from_be_bytes(raw)))
+                b.append_spans::<4>(input, spans, "int4", |raw| Ok(i32::from_be_bytes(raw)))?
             }
             ColumnBuilder::Int8(b) => {
-                append_fixed!(b, "int8", 8, |raw| Ok(i64::from_be_bytes(raw)))
+                b.append_spans::<8>(input, spans, "int8", |raw| Ok(i64::from_be_bytes(raw)))?
             }
             ColumnBuilder::Float4(b) => {
-                append_fixed!(b, "float4", 4, |raw| Ok(f32::from_be_bytes(raw)))
+                b.append_spans::<4>(input, spans, "float4", |raw| Ok(f32::from_be_bytes(raw)))?
             }
             ColumnBuilder::Float8(b) => {
-                append_fixed!(b, "float8", 8, |raw| Ok(f64::from_be_bytes(raw)))
+                b.append_spans::<8>(input, spans, "float8", |raw| Ok(f64::from_be_bytes(raw)))?
             }
-            ColumnBuilder::Numeric(b, _, scale) => {
-                let scale = *scale;
-                let (before, mut any_null) = (b.values.len(), false);
-                for (row, span) in spans.clone().enumerate() {
-                    if span.len < 0 {
-                        b.values.push(0);
-                        any_null = true;
-                        continue;
-                    }
-                    let start = span.start as usize;
-                    let window = input.get(start..).and_then(|rest| rest.first_chunk::<16>());
-                    let fast = window.and_then(|w| numeric_window(w, span.len as usize, scale));
-                    let value = match fast {
-                        Some(value) => value,
-                        // Near the end of the input, or not a small value.
-                        None => {
-                            let bytes = span.value(input).map_err(|m| (row, m))?;
-                            numeric_to_i128(bytes.unwrap_or_default(), scale)
-                                .map_err(|m| (row, m))?
-                        }
-                    };
-                    b.values.push(value);
-                }
-                let count = b.values.len() - before;
-                append_validity(&mut b.nulls, spans, count, any_null);
-            }
+            ColumnBuilder::Numeric(b, _, scale) => b.append_numeric(input, spans, *scale)?,
             ColumnBuilder::Text(b) | ColumnBuilder::Bytea(b) => b.append_spans(input, spans)?,
-            ColumnBuilder::Date(b) => {
-                append_fixed!(b, "date", 4, |raw| date_days(i32::from_be_bytes(raw)))
-            }
+            ColumnBuilder::Date(b) => b.append_spans::<4>(input, spans, "date", |raw| {
+                date_days(i32::from_be_bytes(raw))
+            })?,
             ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampTz(b) => {
-                append_fixed!(b, "timestamp", 8, |raw| timestamp_micros(
-                    i64::from_be_bytes(raw)
-                ))
+                b.append_spans::<8>(input, spans, "timestamp", |raw| {
+                    timestamp_micros(i64::from_be_bytes(raw))
+                })?
             }
             _ => {
-                for (row, span) in spans.enumerate() {
+                for (row, span) in spans.iter().enumerate() {
                     let value = span.value(input).map_err(|m| (row, m))?;
                     self.append(value).map_err(|m| (row, m))?;
                 }
@@ -432,14 +376,14 @@ impl ListBuilder {
 /// this: the builder's validity stays behind its values, the scan ends with that error, and
 /// the builder is not used again.
 #[inline]
-fn append_validity<'a>(
+fn append_validity(
     nulls: &mut NullBufferBuilder,
-    spans: impl Iterator<Item = &'a FieldSpan>,
+    spans: ColumnSpans<'_>,
     count: usize,
     any_null: bool,
 ) {
     if any_null {
-        for span in spans {
+        for span in spans.iter() {
             nulls.append(span.len >= 0);
         }
     } else {
@@ -475,12 +419,110 @@ impl<T: ArrowPrimitiveType> Fixed<T> {
         self.nulls.append_null();
     }
 
+    /// Appends the `N`-byte values `spans` locates in `input`, each converted by `convert`.
+    /// The values are written into room made for the whole run up front (a push per value
+    /// kept the vector's length in memory, stored and loaded again every value), with one
+    /// bounds check each and no error to build unless one is found; a value of another width
+    /// takes [`fixed_checked`], whose error names it. A NULL leaves its slot's default.
+    #[inline(always)]
+    fn append_spans<const N: usize>(
+        &mut self,
+        input: &[u8],
+        spans: ColumnSpans<'_>,
+        name: &str,
+        convert: impl Fn([u8; N]) -> Result<T::Native, String>,
+    ) -> Result<(), (usize, String)> {
+        let count = spans.rows();
+        let out = self.make_room(count);
+        let mut any_null = false;
+        for (row, (slot, span)) in out.iter_mut().zip(spans.iter()).enumerate() {
+            let start = span.start as usize;
+            // (`start + N` is below 2^33: spans hold 32-bit offsets.)
+            let raw = input
+                .get(start..start + N)
+                .and_then(|b| <[u8; N]>::try_from(b).ok());
+            match raw {
+                Some(raw) if span.len == N as i32 => {
+                    *slot = convert(raw).map_err(|m| (row, m))?;
+                }
+                _ if span.len < 0 => any_null = true,
+                _ => *slot = fixed_checked(input, span, name, &convert).map_err(|m| (row, m))?,
+            }
+        }
+        append_validity(&mut self.nulls, spans, count, any_null);
+        Ok(())
+    }
+
+    /// `count` default values appended, to be overwritten: the slice of them.
+    #[inline(always)]
+    fn make_room(&mut self, count: usize) -> &mut [T::Native] {
+        let before = self.values.len();
+        self.values.resize(before + count, T::Native::default());
+        self.values.get_mut(before..).unwrap_or_default()
+    }
+
     /// The values appended since the last call; the next batch starts with as much room.
     fn finish(&mut self) -> Result<PrimitiveArray<T>, ArrowError> {
         let capacity = self.values.len();
         let values = std::mem::replace(&mut self.values, Vec::with_capacity(capacity));
         PrimitiveArray::try_new(ScalarBuffer::from(values), self.nulls.finish())
     }
+}
+
+impl Fixed<Decimal128Type> {
+    /// Appends the numeric values `spans` locates in `input`, scaled to `scale` decimals:
+    /// [`numeric_window`] on the input's bytes where it can, [`numeric_checked_at`] (which
+    /// decodes the rest or names what is wrong) where not.
+    #[inline(always)]
+    fn append_numeric(
+        &mut self,
+        input: &[u8],
+        spans: ColumnSpans<'_>,
+        scale: i8,
+    ) -> Result<(), (usize, String)> {
+        let count = spans.rows();
+        let out = self.make_room(count);
+        let mut any_null = false;
+        for (row, (slot, span)) in out.iter_mut().zip(spans.iter()).enumerate() {
+            if span.len < 0 {
+                any_null = true;
+                continue;
+            }
+            let start = span.start as usize;
+            let window = input
+                .get(start..start + 16)
+                .and_then(|b| <&[u8; 16]>::try_from(b).ok());
+            *slot = match window.and_then(|w| numeric_window(w, span.len as usize, scale)) {
+                Some(value) => value,
+                // Near the end of the input, or not a small value.
+                None => numeric_checked_at(input, span, scale).map_err(|m| (row, m))?,
+            };
+        }
+        append_validity(&mut self.nulls, spans, count, any_null);
+        Ok(())
+    }
+}
+
+/// A fixed-width value the fast loop of [`Fixed::append_spans`] did not take: decoded the
+/// checked way, with [`fixed`]'s error for a wrong width.
+#[cold]
+#[inline(never)]
+fn fixed_checked<V, const N: usize>(
+    input: &[u8],
+    span: FieldSpan,
+    name: &str,
+    convert: &impl Fn([u8; N]) -> Result<V, String>,
+) -> Result<V, String> {
+    let bytes = span.value(input)?;
+    fixed::<N>(bytes.unwrap_or_default(), name).and_then(convert)
+}
+
+/// A numeric value [`numeric_window`] did not take, decoded the checked way.
+#[cold]
+#[inline(never)]
+fn numeric_checked_at(input: &[u8], span: FieldSpan, scale: i8) -> Result<i128, String> {
+    let bytes = span.value(input)?;
+    numeric_to_i128(bytes.unwrap_or_default(), scale)
 }
 
 /// Variable-width values (text, bytea): bytes, 32-bit offsets and validity.
@@ -493,10 +535,9 @@ pub struct VarBytes {
 }
 
 /// Values up to this long are copied as one fixed-width move of this many bytes (when the
-/// input has that many left): most text columns hold short values, and a `memcpy` call per
-/// value was a fifth of a wide scan's decode time.
-const SHORT: usize = 16;
-/// The same for values up to this long (`lineitem`'s comments, names, codes).
+/// input has that many left): most text columns hold short values (`lineitem`'s comments,
+/// names and codes are all shorter), and a `memcpy` call per value was a fifth of a wide
+/// scan's decode time.
 const WIDE: usize = 64;
 
 impl VarBytes {
@@ -531,48 +572,62 @@ impl VarBytes {
     }
 
     /// Appends the values `spans` locates in `input`. Room for the whole run and [`WIDE`]
-    /// bytes more is reserved once, so a value of up to [`SHORT`] or [`WIDE`] bytes is
-    /// appended as a fixed move of that many bytes, cut back to its length: no `memcpy` call,
-    /// and nothing written twice (the buffer used to be zero-filled first, 1.4% of a
-    /// `lineitem` scan's CPU).
-    fn append_spans<'a>(
+    /// bytes more is made once, so a value of up to [`WIDE`] bytes is copied as a fixed move
+    /// of that many bytes, the next value written over its excess: no `memcpy` call.
+    fn append_spans(
         &mut self,
         input: &[u8],
-        spans: impl Iterator<Item = &'a FieldSpan> + Clone,
+        spans: ColumnSpans<'_>,
     ) -> Result<(), (usize, String)> {
-        let total: usize = spans.clone().map(|s| s.len.max(0) as usize).sum();
-        let mut at = self.values.len();
+        let total: usize = spans.iter().map(|s| s.len.max(0) as usize).sum();
+        let base = self.values.len();
         // Every offset below is at most this: checked once, not per value.
-        Self::offset(at + total).map_err(|m| (0, m))?;
-        self.values.reserve(total + WIDE);
-        self.offsets.reserve(spans.size_hint().0);
-        let (before, mut any_null) = (self.offsets.len(), false);
-        for (row, span) in spans.clone().enumerate() {
-            if span.len < 0 {
-                self.offsets.push(at as i32);
-                any_null = true;
-                continue;
-            }
-            let (start, len) = (span.start as usize, span.len as usize);
-            let source = input.get(start..).unwrap_or_default();
-            // Constant-size moves, not `memcpy` calls.
-            match (source.first_chunk::<SHORT>(), source.first_chunk::<WIDE>()) {
-                (Some(short), _) if len <= SHORT => self.values.extend_from_slice(short),
-                (_, Some(wide)) if len <= WIDE => self.values.extend_from_slice(wide),
-                // Exactly: `value` is `Some` for a length that is not negative, or the error
-                // for a span outside the input.
-                _ => {
-                    let value = span.value(input).map_err(|m| (row, m))?;
-                    self.values.extend_from_slice(value.unwrap_or_default());
+        Self::offset(base + total).map_err(|m| (0, m))?;
+        // Room for the run and a fixed move past its end, zero-filled, then written through
+        // plain slices. Growing the vectors value by value instead kept their lengths and
+        // capacities in memory, where every byte stored might alias them: they were stored
+        // and loaded again for every value, and the loop took 57 instructions a value
+        // against 32 (callgrind, `decode_copy` over `lineitem`); the `memset` costs a tenth
+        // of that difference.
+        self.values.resize(base + total + WIDE, 0);
+        let room = self.values.get_mut(base..).unwrap_or_default();
+        let offsets_before = self.offsets.len();
+        self.offsets.resize(offsets_before + spans.rows(), 0);
+        let offsets = self.offsets.get_mut(offsets_before..).unwrap_or_default();
+        let (mut at, mut any_null) = (0, false);
+        for (row, (offset, span)) in offsets.iter_mut().zip(spans.iter()).enumerate() {
+            if span.len >= 0 {
+                let (start, len) = (span.start as usize, span.len as usize);
+                // One constant-size move, not a `memcpy` call, where the input has `WIDE`
+                // bytes from the value's start (all but its last few values). `room` always
+                // has them: `at` never passes `total`, the sum of the lengths it adds up.
+                // (Two sizes of move, 16 and 64 bytes as before, were merged by the compiler
+                // into one `memcpy` call of either size.)
+                let copied = match input.get(start..start + WIDE) {
+                    Some(source) if len <= WIDE => room
+                        .get_mut(at..at + WIDE)
+                        .map(|target| target.copy_from_slice(source)),
+                    // Exactly: `value` is `Some` for a length that is not negative, or the
+                    // error for a span outside the input.
+                    _ => {
+                        let value = span.value(input).map_err(|m| (row, m))?;
+                        let value = value.unwrap_or_default();
+                        room.get_mut(at..at + value.len())
+                            .map(|target| target.copy_from_slice(value))
+                    }
+                };
+                if copied.is_none() {
+                    return Err((row, "a value does not fit the room made for it".into()));
                 }
+                at += len;
+            } else {
+                any_null = true;
             }
-            at += len;
-            self.values.truncate(at);
             // At most the total checked above.
-            self.offsets.push(at as i32);
+            *offset = (base + at) as i32;
         }
-        let count = self.offsets.len() - before;
-        append_validity(&mut self.nulls, spans, count, any_null);
+        self.values.truncate(base + at);
+        append_validity(&mut self.nulls, spans, spans.rows(), any_null);
         Ok(())
     }
 
@@ -592,6 +647,49 @@ impl VarBytes {
         (offsets, Buffer::from_vec(values), self.nulls.finish())
     }
 }
+
+/// One column's fields among the row-major spans of several rows (`spans[row * fields +
+/// column]`, as [`CopyParser::parse`] leaves them). Read by row index rather than with a
+/// stepping iterator: `step_by`'s iterator, zipped with the column's output, compiled to a
+/// loop of 41 instructions an `int4` value, this to 23 (callgrind, `decode_copy`).
+#[derive(Debug, Clone, Copy)]
+pub struct ColumnSpans<'a> {
+    /// The spans from the column's first.
+    spans: &'a [FieldSpan],
+    stride: usize,
+    rows: usize,
+}
+
+impl<'a> ColumnSpans<'a> {
+    /// Column `column` of the rows of `fields` fields each that `spans` holds.
+    pub fn new(spans: &'a [FieldSpan], column: usize, fields: usize) -> Self {
+        let rows = if column < fields {
+            spans.len() / fields
+        } else {
+            0
+        };
+        ColumnSpans {
+            spans: spans.get(column..).unwrap_or_default(),
+            stride: fields,
+            rows,
+        }
+    }
+
+    /// Rows, one span each.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The spans, row by row. Every row below `rows` has one (`(rows - 1) × fields + column`
+    /// is below `rows × fields`), so the NULL in its place is never read.
+    #[inline(always)]
+    pub fn iter(&self) -> impl Iterator<Item = FieldSpan> + '_ {
+        (0..self.rows).map(|row| *self.spans.get(row * self.stride).unwrap_or(&NO_FIELD))
+    }
+}
+
+/// What [`ColumnSpans::iter`] yields for a row it has no span for (none).
+const NO_FIELD: FieldSpan = FieldSpan { start: 0, len: -1 };
 
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -980,13 +1078,8 @@ impl BatchDecoder {
             });
         }
         for (column, builder) in self.columns.iter_mut().enumerate() {
-            let column_spans = spans
-                .get(column..)
-                .unwrap_or_default()
-                .iter()
-                .step_by(fields);
             builder
-                .append_spans(input, column_spans)
+                .append_spans(input, ColumnSpans::new(spans, column, fields))
                 .map_err(|(row, message)| CopyFormatError::Value {
                     row: first_row + row as u64,
                     column,
@@ -1391,7 +1484,7 @@ mod tests {
         );
     }
 
-    /// Text decoded column-wise — short values copied as fixed 16- or 64-byte moves, long ones
+    /// Text decoded column-wise — short values copied as fixed 64-byte moves, long ones
     /// exactly, values at the very end of the input (no bytes after them to over-read),
     /// empty strings and NULLs — equals the same values built by Arrow, over several
     /// appends per batch and several batches.
