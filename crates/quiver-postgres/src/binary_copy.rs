@@ -336,12 +336,14 @@ impl CopyParser {
 const SPAN_BLOCK_ROWS: usize = 256;
 
 fn read_i16(input: &[u8], at: usize) -> Option<i16> {
-    let bytes: [u8; 2] = input.get(at..at.checked_add(2)?)?.try_into().ok()?;
+    let bytes: [u8; 2] = input.get(at..at.wrapping_add(2))?.try_into().ok()?;
     Some(i16::from_be_bytes(bytes))
 }
 
 fn read_i32(input: &[u8], at: usize) -> Option<i32> {
-    let bytes: [u8; 4] = input.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    // A wrapped end lies before `at`: `get` gives `None`, as a checked add would (and the
+    // overflow check cost the parser's field loop three instructions).
+    let bytes: [u8; 4] = input.get(at..at.wrapping_add(4))?.try_into().ok()?;
     Some(i32::from_be_bytes(bytes))
 }
 
@@ -401,6 +403,18 @@ mod tests {
             }
         }
         Ok(parsed.consumed)
+    }
+
+    #[test]
+    fn reads_past_the_end_or_the_top_of_the_address_space_are_none() {
+        let bytes = [0u8, 0, 0, 7, 1];
+        assert_eq!(read_i32(&bytes, 0), Some(7));
+        assert_eq!(read_i16(&bytes, 3), Some(0x0701));
+        assert_eq!(read_i32(&bytes, 2), None);
+        assert_eq!(read_i16(&bytes, 4), None);
+        // An end that wraps around lies before the start: no read, as with a checked add.
+        assert_eq!(read_i32(&bytes, usize::MAX - 1), None);
+        assert_eq!(read_i16(&bytes, usize::MAX), None);
     }
 
     fn sample() -> Vec<Vec<Option<Vec<u8>>>> {
