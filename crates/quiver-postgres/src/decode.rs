@@ -636,7 +636,11 @@ impl VarBytes {
         let mut offsets = Vec::with_capacity(self.offsets.len());
         offsets.push(0);
         let offsets = std::mem::replace(&mut self.offsets, offsets);
-        let capacity = self.values.len();
+        // As much room as this batch took, a quarter more and the fixed move's excess: a
+        // batch of values a little longer than the last would otherwise grow (copy) the
+        // whole buffer near its end.
+        let used = self.values.len();
+        let capacity = used + used / 4 + WIDE;
         let values = std::mem::replace(&mut self.values, Vec::with_capacity(capacity));
         // SAFETY: `OffsetBuffer` asks for at least one offset, none negative, none below the
         // one before. `offsets` starts with 0 (here and in `with_capacity`) and every push

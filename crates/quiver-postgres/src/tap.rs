@@ -289,68 +289,115 @@ impl<S> TapStream<S> {
     /// Sorts `data` into `output` (for tokio-postgres) and `side` (for the tap), keeping an
     /// incomplete message header in `input` for the next read.
     fn sort(&mut self, data: &[u8]) {
-        let mut state = self.tap.lock();
+        // A handle of its own, so the lock does not hold `self` borrowed (once per read).
+        let tap = self.tap.clone();
+        let mut state = tap.lock();
         let mut armed = state.armed;
         let mut pos = 0;
         while pos < data.len() {
-            let rest = data.len() - pos;
-            match self.frame {
-                Frame::Header => {
-                    let Some(header) = data.get(pos..pos + 5) else {
-                        self.input.extend_from_slice(&data[pos..]);
-                        break;
-                    };
-                    let tag = header[0];
-                    let length =
-                        u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-                    if tag == b'd' && armed && length >= 4 {
-                        pos += 5;
-                        self.frame = Frame::Body {
-                            left: length - 4,
-                            divert: true,
-                        };
-                    } else {
-                        // Whatever follows the data (CopyDone, an error) must find it queued.
-                        self.side.flush(&mut state, false);
-                        if armed && tag == b'H' {
-                            state.copying = true;
-                        }
-                        if armed && tag == b'Z' && state.copying {
-                            armed = false;
-                            state.armed = false;
-                            state.copying = false;
-                        }
-                        // A length below 4 is the server's garbage: pass the header on and let
-                        // tokio-postgres report it.
-                        self.frame = Frame::Body {
-                            left: 1 + length.max(4),
-                            divert: false,
-                        };
-                    }
+            if armed && self.frame == Frame::Header {
+                // The bulk of a COPY: whole `CopyData` messages, one after another.
+                let after = self.divert_whole(data, pos, &mut state);
+                if after > pos {
+                    pos = after;
+                    continue;
                 }
-                Frame::Body { left, divert } => {
-                    let take = left.min(rest);
-                    let bytes = &data[pos..pos + take];
-                    pos += take;
-                    self.frame = if take == left {
-                        Frame::Header
-                    } else {
-                        Frame::Body {
-                            left: left - take,
-                            divert,
-                        }
+            }
+            // Anything else (another message, or one the read cut): a frame at a time.
+            pos = self.sort_frame(data, pos, &mut state, &mut armed);
+        }
+    }
+
+    /// Diverts the `CopyData` messages that lie whole in `data` from `pos` (a message
+    /// boundary) on, without stepping through [`Frame`] for each; where the first other thing
+    /// starts.
+    fn divert_whole(&mut self, data: &[u8], mut pos: usize, state: &mut TapState) -> usize {
+        while let Some(&[tag, a, b, c, d]) = data.get(pos..pos.wrapping_add(5)) {
+            let length = u32::from_be_bytes([a, b, c, d]) as usize;
+            // A length below 4 ends before the payload starts, so `get` refuses it too: such
+            // garbage is for the general path to pass on.
+            let end = pos.wrapping_add(1).wrapping_add(length);
+            let Some(payload) = data.get(pos.wrapping_add(5)..end) else {
+                break;
+            };
+            if tag != b'd' {
+                break;
+            }
+            self.side.extend(payload, true);
+            if self.side.whole >= CHUNK {
+                self.side.flush(state, false);
+            }
+            pos = end;
+        }
+        pos
+    }
+
+    /// Sorts a message header at `pos`, or as much of the message body under way as `data`
+    /// holds; where the next frame starts.
+    fn sort_frame(
+        &mut self,
+        data: &[u8],
+        mut pos: usize,
+        state: &mut TapState,
+        armed: &mut bool,
+    ) -> usize {
+        match self.frame {
+            Frame::Header => {
+                let Some(header) = data.get(pos..pos + 5) else {
+                    self.input.extend_from_slice(&data[pos..]);
+                    return data.len();
+                };
+                let tag = header[0];
+                let length =
+                    u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+                if tag == b'd' && *armed && length >= 4 {
+                    pos += 5;
+                    self.frame = Frame::Body {
+                        left: length - 4,
+                        divert: true,
                     };
-                    if !divert {
-                        self.output.extend_from_slice(bytes);
-                    } else {
-                        self.side.extend(bytes, take == left);
-                        if self.side.whole >= CHUNK {
-                            self.side.flush(&mut state, false);
-                        }
+                } else {
+                    // Whatever follows the data (CopyDone, an error) must find it queued.
+                    self.side.flush(state, false);
+                    if *armed && tag == b'H' {
+                        state.copying = true;
+                    }
+                    if *armed && tag == b'Z' && state.copying {
+                        *armed = false;
+                        state.armed = false;
+                        state.copying = false;
+                    }
+                    // A length below 4 is the server's garbage: pass the header on and let
+                    // tokio-postgres report it.
+                    self.frame = Frame::Body {
+                        left: 1 + length.max(4),
+                        divert: false,
+                    };
+                }
+            }
+            Frame::Body { left, divert } => {
+                let take = left.min(data.len() - pos);
+                let bytes = &data[pos..pos + take];
+                pos += take;
+                self.frame = if take == left {
+                    Frame::Header
+                } else {
+                    Frame::Body {
+                        left: left - take,
+                        divert,
+                    }
+                };
+                if !divert {
+                    self.output.extend_from_slice(bytes);
+                } else {
+                    self.side.extend(bytes, take == left);
+                    if self.side.whole >= CHUNK {
+                        self.side.flush(state, false);
                     }
                 }
             }
         }
+        pos
     }
 
     fn close(&mut self) {
@@ -419,13 +466,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for TapStream<S> {
                         continue;
                     }
                     let scratch = std::mem::take(&mut this.scratch);
-                    if this.input.is_empty() {
-                        this.sort(&scratch[..filled]);
-                    } else {
+                    let mut data = scratch.get(..filled).unwrap_or_default();
+                    if !this.input.is_empty() {
+                        // The header the last read cut, completed from this one's first bytes
+                        // (the rest is sorted where it lies, not copied after it).
+                        let need = (5usize.saturating_sub(this.input.len())).min(data.len());
                         let mut carried = this.input.split();
-                        carried.extend_from_slice(&scratch[..filled]);
+                        carried.extend_from_slice(data.get(..need).unwrap_or_default());
+                        data = data.get(need..).unwrap_or_default();
                         this.sort(&carried);
                     }
+                    this.sort(data);
                     this.scratch = scratch;
                 }
             }
