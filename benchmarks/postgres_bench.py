@@ -2,7 +2,8 @@
 """Postgres-scanner benchmarks, every peer in one run (see benchmarks/README.md).
 
     python benchmarks/postgres_bench.py [--dsn 'host=... port=... user=postgres dbname=tpch']
-                                        [--connections 2] [--runs 3] [--skip-scan] [--skip-tpch]
+                                        [--connections 2] [--runs 3] [--single-rounds 5]
+                                        [--skip-scan] [--skip-tpch]
                                         [--queries 17,18,21] [--quiver PATH]
                                         [--peers quiver,duckdb,postgres]
 
@@ -17,7 +18,10 @@ duckdb-extension-postgres-scanner, duckdb-extension-tpch, connectorx and pyarrow
 1. Full scan of `lineitem` into Arrow with N connections: quiver (CLI, `--time`), DuckDB's
    postgres_scanner, ConnectorX (partition_on="l_orderkey"), and the floor: N `psql` processes
    writing the binary COPY of the same ctid halves to /dev/null. Best of --runs, the readers
-   taking turns run by run, each with the CPU seconds it cost the client and the server.
+   taking turns run by run, each with the CPU seconds it cost the client and the server, and
+   each reader's ratio to the floor run of the same round (with their median). Then
+   --single-rounds rounds of the floor and quiver with one connection each, where one backend
+   leaves the client a core of its own.
 2. The 22 TPC-H queries: quiver over the attached database, DuckDB over the same database
    (ATTACH ... TYPE postgres), and Postgres running them itself, 60 s timeout each, answers
    checked against DuckDB's `tpch_answers()` (scale factor 1). The systems take turns query
@@ -35,6 +39,7 @@ import os
 import pathlib
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,6 +89,20 @@ def fetch_arrow(result):
     if hasattr(result, "to_arrow_table"):
         return result.to_arrow_table()
     return result.fetch_arrow_table()
+
+
+def paired_ratios(samples, floor_name):
+    """Each reader's wall time over the floor's in the same round (the readers take turns
+    round by round), and the median of those ratios: on a VM whose speed drifts from minute
+    to minute, a steadier measure than one best-of-N over another."""
+    floors = [run[0] for run in samples.get(floor_name, [])]
+    out = {}
+    for name, runs in samples.items():
+        if name == floor_name or len(runs) != len(floors) or not runs:
+            continue
+        ratios = [run[0] / floor for run, floor in zip(runs, floors)]
+        out[name] = {"rounds": ratios, "median": statistics.median(ratios)}
+    return out
 
 
 def best(samples):
@@ -454,6 +473,12 @@ def main() -> None:
     )
     parser.add_argument("--connections", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--single-rounds",
+        type=int,
+        default=5,
+        help="rounds of the floor and quiver with one connection, after the scan (0: none)",
+    )
     parser.add_argument("--skip-scan", action="store_true")
     parser.add_argument("--skip-tpch", action="store_true")
     parser.add_argument("--queries", help="TPC-H query numbers to run, e.g. 17,18,21 (default all)")
@@ -483,6 +508,48 @@ def main() -> None:
         os.unlink(snapshot.name)
         if compare_binary:
             os.unlink(compare_binary)
+
+
+def single_connection(args, meter, floor_name, results):
+    """The floor and quiver with one connection each, round by round: one backend then
+    leaves the client a core of its own, where with as many connections as cores the client's
+    decoding takes its CPU from the backends'."""
+    print("full scan of lineitem, 1 connection", flush=True)
+    readers = [(floor_name, scan_floor), ("quiver", scan_quiver)]
+    samples = {name: [] for name, _ in readers}
+    for _ in range(args.single_rounds):
+        for name, fn in readers:
+            wall, client, server = meter.measure(fn, args.dsn, 1, 1)
+            if wall is not None:
+                samples[name].append((wall, client, server))
+            print(
+                f"  {name}, 1 connection: {fmt(wall)} s, client CPU {fmt_cpu(client)} s, "
+                f"server CPU {fmt_cpu(server)} s",
+                flush=True,
+            )
+    paired = paired_ratios(samples, floor_name).get("quiver")
+    results["scan_one_connection"] = {
+        "rounds": {name: runs for name, runs in samples.items()},
+        "paired": paired,
+    }
+    if paired is None:
+        return ["With one connection: quiver failed in a round; no ratio.", ""]
+
+    def median_of(name, i):
+        values = [run[i] for run in samples[name] if run[i] is not None]
+        return statistics.median(values) if values else None
+
+    return [
+        f"With one connection (a core left for the client), {args.single_rounds} rounds: quiver "
+        "against the floor's one COPY of the same round "
+        + ", ".join(f"{r:.2f}" for r in paired["rounds"])
+        + f"x (median {paired['median']:.2f}x); medians of the rounds: wall "
+        f"{fmt(median_of(floor_name, 0))} s against {fmt(median_of('quiver', 0))} s, client CPU "
+        f"{fmt_cpu(median_of(floor_name, 1))} s against {fmt_cpu(median_of('quiver', 1))} s, "
+        f"server CPU {fmt_cpu(median_of(floor_name, 2))} s against "
+        f"{fmt_cpu(median_of('quiver', 2))} s.",
+        "",
+    ]
 
 
 def run(args, source: str) -> None:
@@ -528,6 +595,10 @@ def run(args, source: str) -> None:
                     flush=True,
                 )
         # Each reader's fastest run, with the CPU that run took.
+        floor_name = "floor (psql binary COPY to /dev/null)"
+        paired = paired_ratios(samples, floor_name)
+        results["scan_rounds"] = {name: [run[0] for run in runs] for name, runs in samples.items()}
+        results["scan_paired"] = paired
         fastest = {
             name: min(values, key=lambda run: run[0]) if values else None
             for name, values in samples.items()
@@ -538,7 +609,7 @@ def run(args, source: str) -> None:
             name: {"client": run[1], "server": run[2]} if run else None
             for name, run in fastest.items()
         }
-        floor = scan["floor (psql binary COPY to /dev/null)"]
+        floor = scan[floor_name]
         duck = scan["DuckDB 1.5.5 postgres_scanner"]
         lines += [
             f"## Full scan of lineitem (6,001,215 rows) into Arrow, best of {args.runs}",
@@ -566,6 +637,17 @@ def run(args, source: str) -> None:
             f"the wall time and the machine's {cores} cores.",
             "",
         ]
+        # Best of N pairs each reader's quietest moment, which on a shared VM may be a
+        # different moment for each; a round's ratio compares runs a few seconds apart.
+        for name, ratios in paired.items():
+            lines.append(
+                f"{name} against the floor run of the same round, round by round: "
+                + ", ".join(f"{r:.2f}" for r in ratios["rounds"])
+                + f"x (median {ratios['median']:.2f}x)."
+            )
+        lines.append("")
+        if args.single_rounds > 0 and args.connections > 1:
+            lines += single_connection(args, meter, floor_name, results)
     if not args.skip_tpch:
         all_queries, answers = tpch_queries_and_answers()
         wanted = (
