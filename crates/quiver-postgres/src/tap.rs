@@ -39,6 +39,8 @@ const CHUNK: usize = 256 * 1024;
 const HIGH_WATER: usize = 8 * 1024 * 1024;
 /// Bytes asked of the socket per read.
 const READ: usize = 256 * 1024;
+/// A message's header: its tag byte and its 4-byte length.
+const HEADER: usize = 5;
 
 #[derive(Default)]
 struct TapState {
@@ -81,7 +83,9 @@ struct Side {
 }
 
 impl Side {
-    fn extend(&mut self, payload: &[u8], message_ends: bool) {
+    /// Appends part of a `CopyData` payload, queueing the whole messages held for the reader
+    /// once they make a chunk.
+    fn extend(&mut self, payload: &[u8], message_ends: bool, state: &mut TapState) {
         if self.bytes.capacity() - self.bytes.len() < payload.len() {
             // Room for a chunk and the message that crosses its end, in one allocation
             // rather than a doubling series from empty (and doubling for a huge message).
@@ -91,6 +95,9 @@ impl Side {
         self.bytes.extend_from_slice(payload);
         if message_ends {
             self.whole = self.bytes.len();
+            if self.whole >= CHUNK {
+                self.flush(state, false);
+            }
         }
     }
 
@@ -312,21 +319,18 @@ impl<S> TapStream<S> {
     /// boundary) on, without stepping through [`Frame`] for each; where the first other thing
     /// starts.
     fn divert_whole(&mut self, data: &[u8], mut pos: usize, state: &mut TapState) -> usize {
-        while let Some(&[tag, a, b, c, d]) = data.get(pos..pos.wrapping_add(5)) {
+        while let Some(&[tag, a, b, c, d]) = data.get(pos..pos.wrapping_add(HEADER)) {
             let length = u32::from_be_bytes([a, b, c, d]) as usize;
             // A length below 4 ends before the payload starts, so `get` refuses it too: such
             // garbage is for the general path to pass on.
             let end = pos.wrapping_add(1).wrapping_add(length);
-            let Some(payload) = data.get(pos.wrapping_add(5)..end) else {
+            let Some(payload) = data.get(pos.wrapping_add(HEADER)..end) else {
                 break;
             };
             if tag != b'd' {
                 break;
             }
-            self.side.extend(payload, true);
-            if self.side.whole >= CHUNK {
-                self.side.flush(state, false);
-            }
+            self.side.extend(payload, true, state);
             pos = end;
         }
         pos
@@ -343,7 +347,7 @@ impl<S> TapStream<S> {
     ) -> usize {
         match self.frame {
             Frame::Header => {
-                let Some(header) = data.get(pos..pos + 5) else {
+                let Some(header) = data.get(pos..pos + HEADER) else {
                     self.input.extend_from_slice(&data[pos..]);
                     return data.len();
                 };
@@ -351,7 +355,7 @@ impl<S> TapStream<S> {
                 let length =
                     u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
                 if tag == b'd' && *armed && length >= 4 {
-                    pos += 5;
+                    pos += HEADER;
                     self.frame = Frame::Body {
                         left: length - 4,
                         divert: true,
@@ -390,10 +394,7 @@ impl<S> TapStream<S> {
                 if !divert {
                     self.output.extend_from_slice(bytes);
                 } else {
-                    self.side.extend(bytes, take == left);
-                    if self.side.whole >= CHUNK {
-                        self.side.flush(state, false);
-                    }
+                    self.side.extend(bytes, take == left, state);
                 }
             }
         }
@@ -470,7 +471,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for TapStream<S> {
                     if !this.input.is_empty() {
                         // The header the last read cut, completed from this one's first bytes
                         // (the rest is sorted where it lies, not copied after it).
-                        let need = (5usize.saturating_sub(this.input.len())).min(data.len());
+                        let need = HEADER.saturating_sub(this.input.len()).min(data.len());
                         let mut carried = this.input.split();
                         carried.extend_from_slice(data.get(..need).unwrap_or_default());
                         data = data.get(need..).unwrap_or_default();
