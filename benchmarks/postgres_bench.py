@@ -91,14 +91,18 @@ def fetch_arrow(result):
     return result.fetch_arrow_table()
 
 
-def paired_ratios(samples, floor_name):
+# The floor's name in the scan's readers, results and report.
+FLOOR = "floor (psql binary COPY to /dev/null)"
+
+
+def paired_ratios(samples):
     """Each reader's wall time over the floor's in the same round (the readers take turns
     round by round), and the median of those ratios: on a VM whose speed drifts from minute
     to minute, a steadier measure than one best-of-N over another."""
-    floors = [run[0] for run in samples.get(floor_name, [])]
+    floors = [run[0] for run in samples.get(FLOOR, [])]
     out = {}
     for name, runs in samples.items():
-        if name == floor_name or len(runs) != len(floors) or not runs:
+        if name == FLOOR or len(runs) != len(floors) or not runs:
             continue
         ratios = [run[0] / floor for run, floor in zip(runs, floors)]
         out[name] = {"rounds": ratios, "median": statistics.median(ratios)}
@@ -510,12 +514,12 @@ def main() -> None:
             os.unlink(compare_binary)
 
 
-def single_connection(args, meter, floor_name, results):
+def single_connection(args, meter, results):
     """The floor and quiver with one connection each, round by round: one backend then
     leaves the client a core of its own, where with as many connections as cores the client's
     decoding takes its CPU from the backends'."""
     print("full scan of lineitem, 1 connection", flush=True)
-    readers = [(floor_name, scan_floor), ("quiver", scan_quiver)]
+    readers = [(FLOOR, scan_floor), ("quiver", scan_quiver)]
     samples = {name: [] for name, _ in readers}
     for _ in range(args.single_rounds):
         for name, fn in readers:
@@ -527,7 +531,7 @@ def single_connection(args, meter, floor_name, results):
                 f"server CPU {fmt_cpu(server)} s",
                 flush=True,
             )
-    paired = paired_ratios(samples, floor_name).get("quiver")
+    paired = paired_ratios(samples).get("quiver")
     results["scan_one_connection"] = {
         "rounds": {name: runs for name, runs in samples.items()},
         "paired": paired,
@@ -544,9 +548,9 @@ def single_connection(args, meter, floor_name, results):
         "against the floor's one COPY of the same round "
         + ", ".join(f"{r:.2f}" for r in paired["rounds"])
         + f"x (median {paired['median']:.2f}x); medians of the rounds: wall "
-        f"{fmt(median_of(floor_name, 0))} s against {fmt(median_of('quiver', 0))} s, client CPU "
-        f"{fmt_cpu(median_of(floor_name, 1))} s against {fmt_cpu(median_of('quiver', 1))} s, "
-        f"server CPU {fmt_cpu(median_of(floor_name, 2))} s against "
+        f"{fmt(median_of(FLOOR, 0))} s against {fmt(median_of('quiver', 0))} s, client CPU "
+        f"{fmt_cpu(median_of(FLOOR, 1))} s against {fmt_cpu(median_of('quiver', 1))} s, "
+        f"server CPU {fmt_cpu(median_of(FLOOR, 2))} s against "
         f"{fmt_cpu(median_of('quiver', 2))} s.",
         "",
     ]
@@ -564,7 +568,7 @@ def run(args, source: str) -> None:
     if not args.skip_scan:
         print("full scan of lineitem", flush=True)
         readers = [
-            ("floor (psql binary COPY to /dev/null)", scan_floor),
+            (FLOOR, scan_floor),
             ("quiver", scan_quiver),
             ("DuckDB 1.5.5 postgres_scanner", scan_duckdb),
             ("ConnectorX", scan_connectorx),
@@ -595,8 +599,7 @@ def run(args, source: str) -> None:
                     flush=True,
                 )
         # Each reader's fastest run, with the CPU that run took.
-        floor_name = "floor (psql binary COPY to /dev/null)"
-        paired = paired_ratios(samples, floor_name)
+        paired = paired_ratios(samples)
         results["scan_rounds"] = {name: [run[0] for run in runs] for name, runs in samples.items()}
         results["scan_paired"] = paired
         fastest = {
@@ -609,7 +612,7 @@ def run(args, source: str) -> None:
             name: {"client": run[1], "server": run[2]} if run else None
             for name, run in fastest.items()
         }
-        floor = scan[floor_name]
+        floor = scan[FLOOR]
         duck = scan["DuckDB 1.5.5 postgres_scanner"]
         lines += [
             f"## Full scan of lineitem (6,001,215 rows) into Arrow, best of {args.runs}",
@@ -647,7 +650,7 @@ def run(args, source: str) -> None:
             )
         lines.append("")
         if args.single_rounds > 0 and args.connections > 1:
-            lines += single_connection(args, meter, floor_name, results)
+            lines += single_connection(args, meter, results)
     if not args.skip_tpch:
         all_queries, answers = tpch_queries_and_answers()
         wanted = (
