@@ -514,28 +514,37 @@ def main() -> None:
             os.unlink(compare_binary)
 
 
+def scan_rounds(meter, readers, dsn, connections, rounds, label=""):
+    """`rounds` scans by each of `readers` ((name, scan function) pairs) with `connections`
+    connections, the readers taking turns round by round so that outside load falls on all of
+    them alike; per reader, its runs' (wall, client CPU, server CPU)."""
+    samples = {name: [] for name, _ in readers}
+    for _ in range(rounds):
+        for name, fn in readers:
+            try:
+                wall, client, server = meter.measure(fn, dsn, connections, 1)
+            except Exception as error:  # a peer failing is a result, not a crash
+                print(f"  {name}{label} failed: {error}", flush=True)
+                continue
+            if wall is not None:
+                samples[name].append((wall, client, server))
+            print(
+                f"  {name}{label}: {fmt(wall)} s, client CPU {fmt_cpu(client)} s, "
+                f"server CPU {fmt_cpu(server)} s",
+                flush=True,
+            )
+    return samples
+
+
 def single_connection(args, meter, results):
     """The floor and quiver with one connection each, round by round: one backend then
     leaves the client a core of its own, where with as many connections as cores the client's
     decoding takes its CPU from the backends'."""
     print("full scan of lineitem, 1 connection", flush=True)
     readers = [(FLOOR, scan_floor), ("quiver", scan_quiver)]
-    samples = {name: [] for name, _ in readers}
-    for _ in range(args.single_rounds):
-        for name, fn in readers:
-            wall, client, server = meter.measure(fn, args.dsn, 1, 1)
-            if wall is not None:
-                samples[name].append((wall, client, server))
-            print(
-                f"  {name}, 1 connection: {fmt(wall)} s, client CPU {fmt_cpu(client)} s, "
-                f"server CPU {fmt_cpu(server)} s",
-                flush=True,
-            )
+    samples = scan_rounds(meter, readers, args.dsn, 1, args.single_rounds, ", 1 connection")
     paired = paired_ratios(samples).get("quiver")
-    results["scan_one_connection"] = {
-        "rounds": {name: runs for name, runs in samples.items()},
-        "paired": paired,
-    }
+    results["scan_one_connection"] = {"rounds": samples, "paired": paired}
     if paired is None:
         return ["With one connection: quiver failed in a round; no ratio.", ""]
 
@@ -581,23 +590,8 @@ def run(args, source: str) -> None:
                     lambda dsn, n, runs: scan_quiver(dsn, n, runs, binary=compare_binary),
                 ),
             )
-        samples = {name: [] for name, _ in readers}
         meter = CpuMeter(args.dsn)
-        # Readers take turns run by run, so outside load falls on all of them alike.
-        for _ in range(args.runs):
-            for name, fn in readers:
-                try:
-                    wall, client, server = meter.measure(fn, args.dsn, args.connections, 1)
-                    if wall is not None:
-                        samples[name].append((wall, client, server))
-                except Exception as error:  # a peer failing is a result, not a crash
-                    print(f"  {name} failed: {error}")
-                last = samples[name][-1] if samples[name] else (None, None, None)
-                print(
-                    f"  {name}: {fmt(last[0])} s, client CPU {fmt_cpu(last[1])} s, "
-                    f"server CPU {fmt_cpu(last[2])} s",
-                    flush=True,
-                )
+        samples = scan_rounds(meter, readers, args.dsn, args.connections, args.runs)
         # Each reader's fastest run, with the CPU that run took.
         paired = paired_ratios(samples)
         results["scan_rounds"] = {name: [run[0] for run in runs] for name, runs in samples.items()}
