@@ -13,7 +13,9 @@
 //! * persistent database directories of Parquet files and a JSON catalog ([`database`]);
 //! * ClickHouse's output formats and `FORMAT` clause ([`format`], [`statement`]);
 //! * DuckDB's `COPY … TO … (FORMAT …)` options;
-//! * one typed error ([`QuiverError`]) that names what is wrong.
+//! * one typed error ([`QuiverError`]) that names what is wrong;
+//! * its own planning layers, each behind a switch, all off with
+//!   `SET quiver.optimizations = false` ([`settings`]).
 
 mod aggregate_clauses;
 mod attach;
@@ -32,6 +34,7 @@ pub mod metrics;
 mod narrow;
 pub mod result;
 pub mod session;
+pub mod settings;
 pub mod side;
 pub mod statement;
 pub mod suggest;
@@ -45,6 +48,7 @@ pub use external::{ExecuteOptions, ExternalTables};
 pub use format::{OutputFormat, QueryStats};
 pub use result::{Progress, QueryResult};
 pub use session::{Session, SessionOptions};
+pub use settings::QuiverOptions;
 pub use statement::Statement;
 
 /// Ends the Postgres sessions the process keeps (attached databases' and the scan functions'

@@ -26,6 +26,7 @@ use crate::external::{ExecuteOptions, Registrations, EXTERNAL_SCHEMA};
 use crate::identifiers::resolve_names;
 use crate::metrics::{instrument_scans, ScanCounters};
 use crate::result::QueryResult;
+use crate::settings::{Gated, GatedLogical, QuiverOptions};
 use crate::statement::{parse_sql, Statement};
 use crate::table_functions::register_file_functions;
 
@@ -118,6 +119,10 @@ impl Session {
             runtime = runtime.with_memory_limit(limit, 1.0);
         }
         let runtime = runtime.build_arc().map_err(QuiverError::from)?;
+        let config = config.with_option_extension(QuiverOptions::default());
+        // Every quiver rule runs behind its switch (`settings.rs`): with
+        // `quiver.optimizations = false` the plan is stock DataFusion's.
+        //
         // Join sides by rows runs right after DataFusion's join selection, before anything
         // wires run-time filters from build to probe sides. quiver's other physical rules run
         // after DataFusion's: the small-key GROUP BY path, the GROUP BY … LIMIT key freeze, the
@@ -130,7 +135,9 @@ impl Session {
             .map_or(0, |at| at + 1);
         rules.insert(
             after_join_selection,
-            Arc::new(crate::join_sides::RowCountJoinSides),
+            Gated::new(Arc::new(crate::join_sides::RowCountJoinSides), |s| {
+                s.row_count_join_sides
+            }),
         );
         // Just before DataFusion turns DISTINCT aggregates into two GROUP BYs: an integer
         // COUNT(DISTINCT) under a GROUP BY becomes one table of (group, value) pairs, and the
@@ -142,26 +149,49 @@ impl Session {
             .unwrap_or(logical_rules.len());
         logical_rules.insert(
             before_single_distinct,
-            Arc::new(crate::distinct_groups::MixedDistinctToGroupBy),
+            GatedLogical::new(
+                Arc::new(crate::distinct_groups::MixedDistinctToGroupBy),
+                |s| s.distinct_groups,
+            ),
         );
         logical_rules.insert(
             before_single_distinct,
-            Arc::new(crate::distinct_groups::DistinctCountSets),
+            GatedLogical::new(Arc::new(crate::distinct_groups::DistinctCountSets), |s| {
+                s.distinct_groups
+            }),
         );
         // Last: SUM/AVG of integers and COUNT(*) without the arrays DataFusion's coercions
         // and literals fill per batch, once every rule matching those aggregates by name ran.
-        logical_rules.push(Arc::new(crate::widen_aggregates::WidenAggregates));
-        rules.push(Arc::new(quiver_agg::SmallKeyAggregateRule::new()));
-        rules.push(Arc::new(quiver_agg::FrozenKeysRule));
+        logical_rules.push(GatedLogical::new(
+            Arc::new(crate::widen_aggregates::WidenAggregates),
+            |s| s.widen_aggregates,
+        ));
+        rules.push(Gated::new(
+            Arc::new(quiver_agg::SmallKeyAggregateRule::new()),
+            |s| s.small_key_aggregate,
+        ));
+        rules.push(Gated::new(Arc::new(quiver_agg::FrozenKeysRule), |s| {
+            s.frozen_group_keys
+        }));
         // The radix GROUP BY holds the rows of many keys in memory and cannot spill: under a
         // memory limit DataFusion's aggregation, which can, stays.
         if options.memory_limit.is_none() {
-            rules.push(Arc::new(quiver_agg::RadixAggregateRule));
+            rules.push(Gated::new(Arc::new(quiver_agg::RadixAggregateRule), |s| {
+                s.radix_aggregate
+            }));
         }
-        rules.push(Arc::new(crate::topk::TopKThresholdRule));
+        rules.push(Gated::new(Arc::new(crate::topk::TopKThresholdRule), |s| {
+            s.topk_threshold
+        }));
         // Our comparison kernels before the AND chains are wrapped, so each conjunct has them.
-        rules.push(Arc::new(crate::literal_compare::LiteralCompareRule));
-        rules.push(Arc::new(crate::conjunction::ConjunctionFilterRule));
+        rules.push(Gated::new(
+            Arc::new(crate::literal_compare::LiteralCompareRule),
+            |s| s.literal_compare,
+        ));
+        rules.push(Gated::new(
+            Arc::new(crate::conjunction::ConjunctionFilterRule),
+            |s| s.conjunction_filter,
+        ));
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
@@ -311,9 +341,12 @@ impl Session {
                 (physical, TaskContext::from(&state))
             }
         };
+        let quiver_options = QuiverOptions::of(task.session_config().options());
         let task = match key_list_config(&physical, task.session_config()) {
-            Some(config) => task.with_session_config(config),
-            None => task,
+            Some(config) if quiver_options.enabled(|s| s.postgres_runtime_filter) => {
+                task.with_session_config(config)
+            }
+            _ => task,
         };
         let counters = Arc::new(ScanCounters::default());
         let physical = instrument_scans(physical, &counters).map_err(QuiverError::from)?;
@@ -355,9 +388,11 @@ impl Session {
         if let Some(params) = params {
             plan = plan.with_param_values(params).map_err(QuiverError::from)?;
         }
-        let plan = quiver_postgres::pushdown::push_joins(plan)
-            .await
-            .map_err(QuiverError::from)?;
+        if QuiverOptions::of(state.config_options()).enabled(|s| s.postgres_join_pushdown) {
+            plan = quiver_postgres::pushdown::push_joins(plan)
+                .await
+                .map_err(QuiverError::from)?;
+        }
         Ok((plan, registrations, state))
     }
 
