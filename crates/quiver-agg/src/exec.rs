@@ -25,23 +25,25 @@ use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
+use datafusion::common::Statistics;
 use datafusion::common::{internal_err, DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
 };
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
-    PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    SendableRecordBatchStream,
 };
 use futures::FutureExt;
 use futures::StreamExt;
 
 use crate::bounds::KeyRange;
+use crate::contract::{replaced_statistics, replacement_properties, whole_or_unknown};
 use crate::direct::{DirectAccumulator, DirectKind};
 use crate::key_loop::{fused_update, Layout};
 use crate::shared_run::SharedRun;
@@ -117,6 +119,8 @@ pub(crate) struct Spec {
     pub(crate) top: Option<TopSlots>,
     /// The direct kernel each aggregate uses in the partial phase, if any.
     pub(crate) direct: Vec<Option<DirectKind>>,
+    /// The replaced aggregate's statistics, reported as this node's.
+    pub(crate) statistics: Arc<Statistics>,
 }
 
 impl Spec {
@@ -186,16 +190,17 @@ impl fmt::Debug for SmallKeyAggregateExec {
 }
 
 impl SmallKeyAggregateExec {
-    /// An operator over `input` producing `schema` (group columns, then one column per
-    /// aggregate, as DataFusion's final aggregate does) in `output_partitions` partitions.
+    /// An operator over `input` computing what `replaced` (a final or single aggregate) does:
+    /// its schema (group columns, then one column per aggregate), its partition count, its
+    /// equivalences and statistics ([`crate::contract::replacement_properties`]).
     pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
         keys: Vec<GroupKey>,
         aggregates: Vec<Arc<AggregateFunctionExpr>>,
         filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-        schema: SchemaRef,
-        output_partitions: usize,
+        replaced: &dyn ExecutionPlan,
     ) -> Result<Self> {
+        let schema = replaced.schema();
         if schema.fields().len() != keys.len() + aggregates.len() {
             return internal_err!(
                 "small-key aggregation: schema has {} columns for {} keys and {} aggregates",
@@ -211,12 +216,6 @@ impl SmallKeyAggregateExec {
             .zip(&filters)
             .map(|(a, f)| DirectKind::of(a, f.is_some(), &input_schema))
             .collect();
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(output_partitions.max(1)),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        );
         Ok(SmallKeyAggregateExec {
             input,
             spec: Arc::new(Spec {
@@ -226,8 +225,9 @@ impl SmallKeyAggregateExec {
                 schema,
                 top: None,
                 direct,
+                statistics: replaced_statistics(replaced),
             }),
-            properties: Arc::new(properties),
+            properties: Arc::new(replacement_properties(replaced)),
             run: SharedRun::default(),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -683,6 +683,14 @@ impl ExecutionPlan for SmallKeyAggregateExec {
 
     fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(self.over(Arc::clone(&self.input))))
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _inputs: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        Ok(whole_or_unknown(&self.spec.statistics, args))
     }
 
     fn execute(

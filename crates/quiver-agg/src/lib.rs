@@ -25,6 +25,7 @@
 //! one string key in a table that prefetches its probes ([`strings`]).
 
 pub mod bounds;
+pub mod contract;
 mod direct;
 pub mod exec;
 pub mod frozen_keys;

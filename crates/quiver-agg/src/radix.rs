@@ -47,26 +47,28 @@ use arrow::datatypes::{
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::{TreeNodeIterator, TreeNodeRecursion};
+use datafusion::common::Statistics;
 use datafusion::common::{internal_err, DataFusionError, Result, ScalarValue};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::expressions::Literal;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::aggregates::group_values::{new_group_values, GroupValues};
 use datafusion::physical_plan::aggregates::order::GroupOrdering;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
 };
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
-    PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    SendableRecordBatchStream,
 };
 use futures::FutureExt;
 use futures::StreamExt;
 
+use crate::contract::{replaced_statistics, replacement_properties, whole_or_unknown};
 use crate::packed::PackedKeys;
 use crate::shared_run::SharedRun;
 use crate::strings::StringGroupValues;
@@ -155,6 +157,8 @@ struct Spec {
     /// The expressions whose values a raw row carries after its keys, in column order.
     carried: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,
+    /// The replaced aggregate's statistics, reported as this node's.
+    statistics: Arc<Statistics>,
 }
 
 impl Spec {
@@ -237,17 +241,19 @@ impl fmt::Debug for RadixAggregateExec {
 }
 
 impl RadixAggregateExec {
-    /// An operator over `input` grouping by `keys` and producing `schema` (group columns, then
-    /// one column per aggregate, as DataFusion's final aggregate does) in `output_partitions`
-    /// partitions. Fails when a key's type cannot be hashed or grouped.
+    /// An operator over `input` grouping by `keys` and computing what `replaced` (a final or
+    /// single aggregate) does: its schema (group columns, then one column per aggregate), its
+    /// partition count, its equivalences and statistics
+    /// ([`crate::contract::replacement_properties`]). Fails when a key's type cannot be hashed
+    /// or grouped.
     pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
         keys: Vec<(Arc<dyn PhysicalExpr>, String)>,
         aggregates: Vec<Arc<AggregateFunctionExpr>>,
         filters: Vec<Option<Arc<dyn PhysicalExpr>>>,
-        schema: SchemaRef,
-        output_partitions: usize,
+        replaced: &dyn ExecutionPlan,
     ) -> Result<Self> {
+        let schema = replaced.schema();
         if schema.fields().len() != keys.len() + aggregates.len()
             || filters.len() != aggregates.len()
         {
@@ -302,12 +308,6 @@ impl RadixAggregateExec {
             });
             state_at += states;
         }
-        let properties = PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&schema)),
-            Partitioning::UnknownPartitioning(output_partitions.max(1)),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        );
         Ok(RadixAggregateExec {
             input,
             spec: Arc::new(Spec {
@@ -320,8 +320,9 @@ impl RadixAggregateExec {
                 inputs,
                 carried,
                 schema,
+                statistics: replaced_statistics(replaced),
             }),
-            properties: Arc::new(properties),
+            properties: Arc::new(replacement_properties(replaced)),
             run: SharedRun::default(),
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -985,6 +986,14 @@ impl ExecutionPlan for RadixAggregateExec {
 
     fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(self.over(Arc::clone(&self.input))))
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _inputs: &[Arc<Statistics>],
+        args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        Ok(whole_or_unknown(&self.spec.statistics, args))
     }
 
     fn execute(

@@ -8,8 +8,11 @@
 //! * every aggregate has a `GroupsAccumulator`, no `ORDER BY` inside it and no `DISTINCT`;
 //! * every key's range is proven ([`crate::bounds`]) and the product of the ranges' widths is at
 //!   most [`SmallKeyAggregateRule::max_slots`] (default [`DEFAULT_MAX_SLOTS`]);
-//! * the parent does not require hash partitioning on the output (the node's output is split by
-//!   key range, not by hash, so it must not feed a partitioned join).
+//! * the replacement can keep what the ancestors rely on ([`crate::contract`]): its groups are
+//!   split by key range, not by hash, so where a partitioned join or an `InterleaveExec` above
+//!   relies on the replaced node's hash partitioning, the groups are hash-repartitioned as the
+//!   replaced node's were; where an ancestor reads the replaced node's output ordering, the
+//!   plan is left as it is.
 //!
 //! Otherwise the plan is left exactly as DataFusion made it.
 //!
@@ -22,7 +25,6 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Result;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::Distribution;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -32,6 +34,7 @@ use datafusion::physical_plan::{
 };
 
 use crate::bounds::{integer_modulo, key_range};
+use crate::contract::{keep_contract, Reliance};
 use crate::exec::{GroupKey, SmallKeyAggregateExec, TopSlots};
 use crate::frozen_keys::FrozenKeysExec;
 use crate::radix::RadixAggregateExec;
@@ -72,19 +75,23 @@ impl SmallKeyAggregateRule {
     fn rewrite(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        allowed: bool,
+        reliance: Reliance,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if allowed {
-            if let Some(replacement) = self.try_replace(&plan)? {
-                return Ok(replacement);
-            }
+        if let Some(replacement) = self.try_replace(&plan, reliance)? {
+            return Ok(replacement);
         }
-        let plan = rewrite_children(plan, |child, allowed| self.rewrite(child, allowed))?;
+        let plan = rewrite_children(plan, reliance, |child, reliance| {
+            self.rewrite(child, reliance)
+        })?;
         Ok(push_top_into_small_key(&plan)?.unwrap_or(plan))
     }
 
-    fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-        let Some((top, partial, input)) = replaceable_pair(plan) else {
+    fn try_replace(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        reliance: Reliance,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some((_, partial, input)) = replaceable_pair(plan) else {
             return Ok(None);
         };
         let group_by = partial.group_expr();
@@ -107,16 +114,15 @@ impl SmallKeyAggregateRule {
                 modulo: integer_modulo(expr, &input_schema),
             });
         }
-        let input = self.rewrite(input, true)?;
+        let input = self.rewrite(input, Reliance::NONE)?;
         let exec = SmallKeyAggregateExec::try_new(
             input,
             keys,
             aggregates.to_vec(),
             partial.filter_expr().to_vec(),
-            top.schema(),
-            plan.output_partitioning().partition_count(),
+            plan.as_ref(),
         )?;
-        Ok(Some(Arc::new(exec)))
+        keep_contract(plan, Arc::new(exec), reliance)
     }
 }
 
@@ -173,26 +179,23 @@ pub(crate) fn replaceable_pair(
     supported.then(|| (top.clone(), partial, input))
 }
 
-/// `plan` with every child passed through `rewrite(child, allowed)`; `allowed` is false
-/// where `plan` requires that child hash-partitioned (a replacement's output is not).
+/// `plan` with every child passed through `rewrite(child, reliance)`, with what the ancestors
+/// rely on in that child given what they rely on in `plan` (`reliance`).
 fn rewrite_children(
     plan: Arc<dyn ExecutionPlan>,
-    rewrite: impl Fn(Arc<dyn ExecutionPlan>, bool) -> Result<Arc<dyn ExecutionPlan>>,
+    reliance: Reliance,
+    rewrite: impl Fn(Arc<dyn ExecutionPlan>, Reliance) -> Result<Arc<dyn ExecutionPlan>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let requirements = plan.input_distribution_requirements().into_per_child();
     let children: Vec<Arc<dyn ExecutionPlan>> = plan.children().into_iter().cloned().collect();
     if children.is_empty() {
         return Ok(plan);
     }
-    let mut rewritten = Vec::with_capacity(children.len());
-    for (i, child) in children.into_iter().enumerate() {
-        #[expect(deprecated)]
-        let hash_required = matches!(
-            requirements.get(i),
-            Some(Distribution::KeyPartitioned(_) | Distribution::HashPartitioned(_))
-        );
-        rewritten.push(rewrite(child, !hash_required)?);
-    }
+    let reliances = Reliance::of_children(plan.as_ref(), reliance);
+    let rewritten = children
+        .into_iter()
+        .zip(reliances)
+        .map(|(child, reliance)| rewrite(child, reliance))
+        .collect::<Result<Vec<_>>>()?;
     replace_children_if_necessary(plan, rewritten)
 }
 
@@ -248,7 +251,7 @@ impl PhysicalOptimizerRule for SmallKeyAggregateRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.rewrite(plan, true)
+        self.rewrite(plan, Reliance::NONE)
     }
 
     fn name(&self) -> &str {
@@ -263,8 +266,8 @@ impl PhysicalOptimizerRule for SmallKeyAggregateRule {
 /// Replaces the hash aggregations [`SmallKeyAggregateRule`] left with [`RadixAggregateExec`],
 /// which aggregates like DataFusion while the keys are few and partitions them by hash once
 /// they are many (see [`crate::radix`]). It takes the same aggregation shapes
-/// ([`replaceable_pair`]), with a bounded input, keys DataFusion can hash and group, and a
-/// parent not requiring hash partitioning on the output; not the gated aggregation of
+/// ([`replaceable_pair`]), with a bounded input and keys DataFusion can hash and group, where
+/// it can keep what the ancestors rely on ([`crate::contract`]); not the gated aggregation of
 /// [`FrozenKeysRule`](crate::FrozenKeysRule), which keeps few groups by construction.
 /// Register it after that rule and [`SmallKeyAggregateRule`].
 #[derive(Debug, Clone, Default)]
@@ -274,18 +277,22 @@ impl RadixAggregateRule {
     fn rewrite(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        allowed: bool,
+        reliance: Reliance,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if allowed {
-            if let Some(replacement) = self.try_replace(&plan)? {
-                return Ok(replacement);
-            }
+        if let Some(replacement) = self.try_replace(&plan, reliance)? {
+            return Ok(replacement);
         }
-        rewrite_children(plan, |child, allowed| self.rewrite(child, allowed))
+        rewrite_children(plan, reliance, |child, reliance| {
+            self.rewrite(child, reliance)
+        })
     }
 
-    fn try_replace(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-        let Some((top, partial, input)) = replaceable_pair(plan) else {
+    fn try_replace(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        reliance: Reliance,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some((_, partial, input)) = replaceable_pair(plan) else {
             return Ok(None);
         };
         if input.boundedness().is_unbounded() || input.is::<FrozenKeysExec>() {
@@ -297,19 +304,18 @@ impl RadixAggregateRule {
             .iter()
             .map(|(e, name)| (Arc::clone(e), name.clone()))
             .collect();
-        let input = self.rewrite(input, true)?;
+        let input = self.rewrite(input, Reliance::NONE)?;
         // A key type the bucket hash or DataFusion's group tables refuse: leave the plan.
         let Ok(exec) = RadixAggregateExec::try_new(
             input,
             keys,
             partial.aggr_expr().to_vec(),
             partial.filter_expr().to_vec(),
-            top.schema(),
-            plan.output_partitioning().partition_count(),
+            plan.as_ref(),
         ) else {
             return Ok(None);
         };
-        Ok(Some(Arc::new(exec)))
+        keep_contract(plan, Arc::new(exec), reliance)
     }
 }
 
@@ -319,7 +325,7 @@ impl PhysicalOptimizerRule for RadixAggregateRule {
         plan: Arc<dyn ExecutionPlan>,
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.rewrite(plan, true)
+        self.rewrite(plan, Reliance::NONE)
     }
 
     fn name(&self) -> &str {

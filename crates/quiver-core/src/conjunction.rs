@@ -74,6 +74,13 @@ impl PhysicalOptimizerRule for ConjunctionFilterRule {
 
 /// `plan` with the predicate of every `FilterExec` replaced by what `replace` makes of it
 /// (`None`: the filter stays as it is).
+///
+/// A filter's predicate is also where DataFusion learns the filter's constants and equivalences
+/// (`k = 5`, `a = b`), which the plan above may rely on: a window's sort left out because its
+/// PARTITION BY column is constant, a join's partitioning satisfied through `a = b`. Those
+/// rules ran already, so the rebuilt filter must declare the same equivalences. When
+/// replacing the whole predicate would lose some, its equality conjuncts stay DataFusion's
+/// comparisons and `replace` gets the rest; when that loses some too, the filter stays.
 pub(crate) fn replace_filter_predicates(
     plan: Arc<dyn ExecutionPlan>,
     replace: impl Fn(&Arc<dyn PhysicalExpr>) -> Result<Option<Arc<dyn PhysicalExpr>>>,
@@ -82,15 +89,55 @@ pub(crate) fn replace_filter_predicates(
         let Some(filter) = node.downcast_ref::<FilterExec>() else {
             return Ok(Transformed::no(node));
         };
-        let Some(predicate) = replace(filter.predicate())? else {
+        let original = filter.predicate();
+        if let Some(predicate) = replace(original)? {
+            let rebuilt = FilterExecBuilder::from(filter)
+                .with_predicate(predicate)
+                .build()?;
+            if same_equivalences(filter, &rebuilt) {
+                return Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>));
+            }
+        }
+        let (equalities, rest): (Vec<_>, Vec<_>) = split_conjunction(original)
+            .into_iter()
+            .cloned()
+            .partition(|conjunct| {
+                conjunct
+                    .downcast_ref::<BinaryExpr>()
+                    .is_some_and(|binary| *binary.op() == Operator::Eq)
+            });
+        let (Some(rest), false) = (conjoin(rest), equalities.is_empty()) else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(replaced) = replace(&rest)? else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(predicate) = conjoin(equalities.into_iter().chain([replaced]).collect()) else {
             return Ok(Transformed::no(node));
         };
         let rebuilt = FilterExecBuilder::from(filter)
             .with_predicate(predicate)
             .build()?;
-        Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+        if same_equivalences(filter, &rebuilt) {
+            Ok(Transformed::yes(Arc::new(rebuilt) as Arc<dyn ExecutionPlan>))
+        } else {
+            Ok(Transformed::no(node))
+        }
     })
     .map(|t| t.data)
+}
+
+/// `a AND b AND …` of `conjuncts`, left-deep; `None` for none.
+fn conjoin(conjuncts: Vec<Arc<dyn PhysicalExpr>>) -> Option<Arc<dyn PhysicalExpr>> {
+    conjuncts.into_iter().reduce(|left, right| {
+        Arc::new(BinaryExpr::new(left, Operator::And, right)) as Arc<dyn PhysicalExpr>
+    })
+}
+
+/// Whether `rebuilt` declares the orderings, constants and equivalences `filter` does.
+fn same_equivalences(filter: &FilterExec, rebuilt: &FilterExec) -> bool {
+    let shown = |filter: &FilterExec| filter.properties().equivalence_properties().to_string();
+    shown(filter) == shown(rebuilt)
 }
 
 /// `c1 AND c2 AND …` for a filter: true where every conjunct is true, false elsewhere (NULL

@@ -7,6 +7,7 @@
 mod common;
 mod support;
 
+mod contracts;
 mod distinct_groups;
 mod group_by_limit;
 mod postgres_attach;
