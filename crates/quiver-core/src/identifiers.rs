@@ -20,8 +20,9 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{CopyToSource, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, Expr, FunctionArg, FunctionArgExpr, Ident, JoinConstraint, JoinOperator,
-    ObjectName, ObjectNamePart, Query, SelectItem, SetExpr, Statement, TableAlias, TableFactor,
-    TableFunctionArgs, Value, Visit, VisitMut, Visitor, VisitorMut,
+    ObjectName, ObjectNamePart, Query, SelectItem, SelectItemQualifiedWildcardKind, SetExpr,
+    Statement, TableAlias, TableFactor, TableFunctionArgs, Value, Visit, VisitMut, Visitor,
+    VisitorMut,
 };
 use std::sync::Arc;
 
@@ -46,6 +47,10 @@ pub(crate) async fn resolve_names(
     for cte in &collector.ctes {
         scope.ctes.insert(cte.clone());
     }
+    // A CTE read without an alias, a subquery or an UNNEST qualifies its columns by its name.
+    scope
+        .opaque_qualifiers
+        .extend(collector.ctes.iter().chain(&collector.derived).cloned());
     scope
         .extra_columns
         .extend(collector.aliases.iter().cloned());
@@ -355,6 +360,8 @@ struct Collector {
     functions: Vec<FunctionCall>,
     ctes: Vec<String>,
     aliases: Vec<String>,
+    /// The aliases of subqueries, UNNESTs and other relations that are not tables.
+    derived: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -559,6 +566,7 @@ impl Visitor for Collector {
             | TableFactor::Function {
                 alias: Some(alias), ..
             } => {
+                self.derived.push(alias.name.value.clone());
                 self.aliases
                     .extend(alias.columns.iter().map(|c| c.name.value.clone()));
             }
@@ -647,6 +655,9 @@ struct Scope {
     renames: BTreeMap<String, Vec<String>>,
     /// Qualifier (alias or table name) → its columns.
     qualifiers: BTreeMap<String, Vec<String>>,
+    /// Qualifiers whose columns are not listed (CTEs, subqueries, UNNESTs): their columns
+    /// are among `all_columns` and `extra_columns`.
+    opaque_qualifiers: BTreeSet<String>,
     /// Every column of every table in the statement, plus the aliases it defines.
     all_columns: BTreeSet<String>,
     extra_columns: BTreeSet<String>,
@@ -684,6 +695,22 @@ impl Scope {
         Ok(())
     }
 
+    /// `qualifier` respelled as the table or alias it names ignoring case, if it names one.
+    fn resolve_qualifier(&self, qualifier: &mut Ident) -> Result<()> {
+        let names: BTreeSet<&String> = self
+            .qualifiers
+            .keys()
+            .chain(&self.opaque_qualifiers)
+            .collect();
+        if let Some(found) = pick("table", &qualifier.value, names.iter().copied())? {
+            if found != qualifier.value {
+                qualifier.value = found;
+                qualifier.quote_style = Some('"');
+            }
+        }
+        Ok(())
+    }
+
     fn resolve_qualified(&self, parts: &mut [Ident]) -> Result<()> {
         let Some((column, qualifier)) = parts.split_last_mut() else {
             return Ok(());
@@ -691,22 +718,30 @@ impl Scope {
         let Some(last_qualifier) = qualifier.last_mut() else {
             return Ok(());
         };
-        let names: Vec<&String> = self.qualifiers.keys().collect();
-        match pick("table", &last_qualifier.value, names.into_iter())? {
+        // A name both a table and a subquery use is one qualifier, not two.
+        let names: BTreeSet<&String> = self
+            .qualifiers
+            .keys()
+            .chain(&self.opaque_qualifiers)
+            .collect();
+        match pick("table", &last_qualifier.value, names.iter().copied())? {
             Some(found) => {
                 if found != last_qualifier.value {
                     last_qualifier.value = found.clone();
                     last_qualifier.quote_style = Some('"');
                 }
-                if let Some(columns) = self.qualifiers.get(&found) {
-                    if let Some(exact) = pick("column", &column.value, columns.iter())? {
-                        if exact != column.value {
-                            column.value = exact;
-                            column.quote_style = Some('"');
+                match self.qualifiers.get(&found) {
+                    Some(columns) => {
+                        if let Some(exact) = pick("column", &column.value, columns.iter())? {
+                            if exact != column.value {
+                                column.value = exact;
+                                column.quote_style = Some('"');
+                            }
                         }
+                        Ok(())
                     }
+                    None => self.resolve_column(column),
                 }
-                Ok(())
             }
             // Not a table qualifier: a column followed by struct field names.
             None => match parts.first_mut() {
@@ -782,6 +817,20 @@ impl VisitorMut for Rewriter<'_> {
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<QuiverError> {
         if let SetExpr::Select(select) = query.body.as_mut() {
+            // `t.*` names its table or alias ignoring case too.
+            for item in select.projection.iter_mut() {
+                if let SelectItem::QualifiedWildcard(
+                    SelectItemQualifiedWildcardKind::ObjectName(name),
+                    _,
+                ) = item
+                {
+                    if let [ObjectNamePart::Identifier(ident)] = name.0.as_mut_slice() {
+                        if let Err(error) = self.scope.resolve_qualifier(ident) {
+                            return ControlFlow::Break(error);
+                        }
+                    }
+                }
+            }
             for from in select.from.iter_mut() {
                 for join in from.joins.iter_mut() {
                     let constraint = match &mut join.join_operator {
