@@ -27,7 +27,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 
 use crate::scan::PostgresScanExec;
-use crate::sql::{is_numeric, pushable, quote_ident, scalar_literal};
+use crate::sql::{column_sql, is_numeric, pushable, scalar_literal};
 use crate::types::{PgColumn, PgType};
 
 /// Above this many values an `IN (...)` list is not sent: Postgres spends a parse node, a
@@ -120,7 +120,7 @@ impl Translator<'_> {
         }
         if let Some(is_null) = expr.downcast_ref::<IsNullExpr>() {
             let column = self.column(is_null.arg())?;
-            return Some(format!("({} IS NULL)", quote_ident(&column.name)));
+            return Some(format!("({} IS NULL)", column_sql(column)));
         }
         if let Some(case) = expr.downcast_ref::<CaseExpr>() {
             // A row passes when it passes the branch its partition picks: surely when it
@@ -154,7 +154,7 @@ impl Translator<'_> {
             if filters_little(keys) {
                 return None;
             }
-            return Some(format!("({} = ANY({array}))", quote_ident(&column.name)));
+            return Some(format!("({} = ANY({array}))", column_sql(column)));
         }
         if values.len() > MAX_IN_LIST || filters_little(values.len()) {
             return None;
@@ -167,7 +167,7 @@ impl Translator<'_> {
         values.retain(|value| seen.insert(value.clone()));
         Some(format!(
             "({} IN ({}))",
-            quote_ident(&column.name),
+            column_sql(column),
             values.join(", ")
         ))
     }
@@ -228,7 +228,7 @@ impl Translator<'_> {
                     Operator::Gt => ">",
                     _ => ">=",
                 };
-                let column = quote_ident(&column.name);
+                let column = column_sql(column);
                 Some(if flipped {
                     format!("({literal} {symbol} {column})")
                 } else {

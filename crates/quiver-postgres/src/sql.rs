@@ -3,8 +3,7 @@
 //!
 //! A filter is translated only when Postgres evaluates it exactly as quiver would; anything
 //! else stays in quiver. Deliberately not pushed: ordering comparisons on text (Postgres
-//! compares with the column's collation, quiver by bytes), comparisons on padded `char(n)`,
-//! enums (an unknown label is an error in Postgres), uuid (Postgres accepts other spellings),
+//! compares with the column's collation, quiver by bytes), enums (an unknown label is an error in Postgres), uuid (Postgres accepts other spellings),
 //! columns read through a `::text` cast, and LIKE patterns with a backslash or ILIKE.
 
 use arrow::datatypes::DataType;
@@ -31,6 +30,17 @@ pub fn quote_literal(value: &str) -> Option<String> {
     } else {
         format!("'{quoted}'")
     })
+}
+
+/// `column` as quiver reads it, in a condition: its name, and for `char(n)` the name cast to
+/// `text`, which drops the blank padding as quiver's scan does. (Compared as `char(n)`, the
+/// padding of both sides would be ignored: `'x '` would equal `'x'`, which it does not in
+/// quiver.)
+pub fn column_sql(column: &PgColumn) -> String {
+    match column.pg_type {
+        PgType::Bpchar => format!("{}::text", quote_ident(&column.name)),
+        _ => quote_ident(&column.name),
+    }
 }
 
 /// `"schema"."name"`.
@@ -89,11 +99,7 @@ impl Translator<'_> {
                         self.check(a, ordered)?;
                         self.check(b, ordered)?;
                         same_family(a, b)?;
-                        return Some(format!(
-                            "({} {symbol} {})",
-                            quote_ident(&a.name),
-                            quote_ident(&b.name)
-                        ));
+                        return Some(format!("({} {symbol} {})", column_sql(a), column_sql(b)));
                     }
                     let (column, value, flipped) = match (self.column(left), self.column(right)) {
                         (Some(column), None) => (column, right.as_ref(), false),
@@ -102,7 +108,7 @@ impl Translator<'_> {
                     };
                     self.check(column, ordered)?;
                     let literal = literal(value)?;
-                    let column_sql = crate::sql::quote_ident(&column.name);
+                    let column_sql = column_sql(column);
                     Some(if flipped {
                         format!("({literal} {symbol} {column_sql})")
                     } else {
@@ -114,11 +120,11 @@ impl Translator<'_> {
             Expr::Not(inner) => Some(format!("(NOT {})", self.filter(inner)?)),
             Expr::IsNull(inner) => {
                 let column = self.column(inner)?;
-                Some(format!("({} IS NULL)", quote_ident(&column.name)))
+                Some(format!("({} IS NULL)", column_sql(column)))
             }
             Expr::IsNotNull(inner) => {
                 let column = self.column(inner)?;
-                Some(format!("({} IS NOT NULL)", quote_ident(&column.name)))
+                Some(format!("({} IS NOT NULL)", column_sql(column)))
             }
             Expr::Between(Between {
                 expr,
@@ -130,7 +136,7 @@ impl Translator<'_> {
                 self.check(column, true)?;
                 Some(format!(
                     "({} {}BETWEEN {} AND {})",
-                    quote_ident(&column.name),
+                    column_sql(column),
                     if *negated { "NOT " } else { "" },
                     literal(low)?,
                     literal(high)?
@@ -145,7 +151,7 @@ impl Translator<'_> {
                 let values = list.list.iter().map(literal).collect::<Option<Vec<_>>>()?;
                 Some(format!(
                     "({} {}IN ({}))",
-                    quote_ident(&column.name),
+                    column_sql(column),
                     if list.negated { "NOT " } else { "" },
                     values.join(", ")
                 ))
@@ -158,7 +164,8 @@ impl Translator<'_> {
                 case_insensitive,
             }) => {
                 let column = self.column(expr)?;
-                if *case_insensitive || escape_char.is_some() || column.pg_type != PgType::Text {
+                let text = matches!(column.pg_type, PgType::Text | PgType::Bpchar);
+                if *case_insensitive || escape_char.is_some() || !text {
                     return None;
                 }
                 let pattern = match pattern.as_ref() {
@@ -170,7 +177,7 @@ impl Translator<'_> {
                 }
                 Some(format!(
                     "({} {}LIKE {})",
-                    quote_ident(&column.name),
+                    column_sql(column),
                     if *negated { "NOT " } else { "" },
                     quote_literal(&pattern)?
                 ))
@@ -212,7 +219,8 @@ pub(crate) fn pushable(column: &PgColumn, ordered: bool) -> Option<()> {
         | PgType::Time
         | PgType::Timestamp
         | PgType::TimestampTz => Comparable::Ordered,
-        PgType::Text => Comparable::Equality,
+        // `char(n)` as text: see `column_sql`.
+        PgType::Text | PgType::Bpchar => Comparable::Equality,
         _ => Comparable::NullOnly,
     };
     match (comparable, ordered) {
@@ -233,7 +241,7 @@ fn same_family(a: &PgColumn, b: &PgColumn) -> Option<()> {
         PgType::Time => 6,
         PgType::Timestamp => 7,
         PgType::TimestampTz => 8,
-        PgType::Text => 9,
+        PgType::Text | PgType::Bpchar => 9,
         _ => 0,
     };
     let (fa, fb) = (family(&a.pg_type), family(&b.pg_type));

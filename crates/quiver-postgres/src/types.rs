@@ -7,7 +7,7 @@
 //! | float4 / float8 | Float32 / Float64 | |
 //! | numeric(p, s), p ≤ 38 | Decimal128(p, s) | NaN or ±Infinity in such a column is an error |
 //! | numeric (unconstrained, or p > 38) | Utf8 | **lossless**: the server's exact text; never a float |
-//! | text, varchar, name, citext, bpchar | Utf8 | bpchar keeps its blank padding |
+//! | text, varchar, name, citext, bpchar | Utf8 | bpchar without its blank padding, as `::text` reads it (so LIKE matches the value without it, where Postgres' LIKE sees the padding) |
 //! | json, jsonb | Utf8 | the JSON text |
 //! | bytea | Binary | |
 //! | date | Date32 | ±infinity become `i32::MAX` / `i32::MIN` days |
@@ -80,9 +80,10 @@ pub enum PgType {
         precision: u8,
         scale: i8,
     },
-    /// Text sent as is (text, varchar, name, citext, bpchar, json).
+    /// Text sent as is (text, varchar, name, citext, json).
     Text,
-    /// Padded `char(n)`: text, but not pushed into comparisons (Postgres ignores the padding).
+    /// `char(n)`: text read without its blank padding, as Postgres' `::text` reads it, and
+    /// compared in pushed filters as `::text` ([`crate::sql::column_sql`]).
     Bpchar,
     /// jsonb's binary form: a version byte, then the text.
     Jsonb,

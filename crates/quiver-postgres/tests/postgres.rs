@@ -127,7 +127,8 @@ async fn every_type_is_read_value_by_value() {
     assert_eq!(col("t").as_string::<i32>().value(0), "héllo");
     assert_eq!(col("t").as_string::<i32>().value(1), "");
     assert_eq!(col("vc").as_string::<i32>().value(0), "short");
-    assert_eq!(col("bp").as_string::<i32>().value(0), "ab  ");
+    // char(n) without its blank padding, as `::text` reads it.
+    assert_eq!(col("bp").as_string::<i32>().value(0), "ab");
     assert_eq!(col("nm").as_string::<i32>().value(0), "pg_name");
     assert_eq!(col("by").as_binary::<i32>().value(0), &[0x00, 0xff, 0x10]);
     assert_eq!(col("by").as_binary::<i32>().value(1), &[] as &[u8]);
