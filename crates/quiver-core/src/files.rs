@@ -31,6 +31,7 @@ use futures::StreamExt;
 
 use crate::error::{invalid_input, QuiverError};
 use crate::metrics::ErrorContextExec;
+use crate::nan_safe_parquet::NanSafeParquetFormat;
 
 /// The file formats quiver reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,9 +317,9 @@ fn file_format(
     let table_options = state.default_table_options();
     let mut is_json_array = false;
     let format: Arc<dyn FileFormat> = match kind {
-        FileKind::Parquet => {
-            Arc::new(ParquetFormat::default().with_options(table_options.parquet.clone()))
-        }
+        FileKind::Parquet => Arc::new(NanSafeParquetFormat::new(
+            ParquetFormat::default().with_options(table_options.parquet.clone()),
+        )),
         FileKind::Csv => {
             let is_tsv = scan
                 .paths

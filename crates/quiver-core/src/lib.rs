@@ -31,6 +31,7 @@ mod identifiers;
 pub mod join_sides;
 pub mod literal_compare;
 pub mod metrics;
+pub mod nan_safe_parquet;
 mod narrow;
 pub mod result;
 pub mod session;

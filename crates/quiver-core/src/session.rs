@@ -199,6 +199,16 @@ impl Session {
             .with_optimizer_rules(logical_rules)
             .with_physical_optimizer_rules(rules)
             .build();
+        // `CREATE EXTERNAL TABLE … STORED AS PARQUET` and COPY: float statistics never trusted
+        // (`nan_safe_parquet.rs`). The builder ignores a second factory for one extension; this
+        // replaces DataFusion's.
+        let mut state = state;
+        state
+            .register_file_format(
+                Arc::new(crate::nan_safe_parquet::NanSafeParquetFormatFactory::default()),
+                true,
+            )
+            .map_err(QuiverError::from)?;
         let ctx = SessionContext::new_with_state(state);
 
         let database = match &options.database {

@@ -42,6 +42,7 @@ use super::catalog_file::TableMeta;
 use super::error::DatabaseError;
 use super::segment::SegmentWriter;
 use super::Database;
+use crate::nan_safe_parquet::NanSafeParquetFormat;
 
 /// A table stored in a [`Database`] directory.
 ///
@@ -121,7 +122,9 @@ impl TableProvider for PersistentTable {
             let meta = store.head(&location).await?;
             group.push(PartitionedFile::new_from_meta(meta));
         }
-        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        let format = NanSafeParquetFormat::new(
+            ParquetFormat::default().with_options(state.table_options().parquet.clone()),
+        );
         let source = format.file_source(TableSchema::from(self.schema()));
         // One group: DataFusion's `repartition_file_scans` splits it by byte range into
         // `target_partitions` partitions.
