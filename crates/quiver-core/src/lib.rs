@@ -26,6 +26,7 @@ pub mod distinct_groups;
 pub mod error;
 pub mod external;
 pub mod files;
+pub mod float_topk;
 pub mod format;
 mod identifiers;
 pub mod join_sides;

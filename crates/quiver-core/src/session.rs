@@ -166,6 +166,9 @@ impl Session {
             Arc::new(crate::widen_aggregates::WidenAggregates),
             |s| s.widen_aggregates,
         ));
+        // Correctness before speed, whatever the switches say: DataFusion's bounded Top-K
+        // aggregation loses NaN groups.
+        rules.push(Arc::new(crate::float_topk::ExactFloatTopK));
         rules.push(Gated::new(
             Arc::new(quiver_agg::SmallKeyAggregateRule::new()),
             |s| s.small_key_aggregate,

@@ -12,7 +12,9 @@
 //! * scalar functions: dates (`toYear`, `toStartOfHour`, ...), conversions (`toString`,
 //!   `toInt64`, ...), conditionals (`if`, `multiIf`), strings and URLs (`empty`, `match`,
 //!   `replaceRegexpAll`, `domain`, ...) ([`scalars`], [`url`]);
-//! * `cityHash64` with ClickHouse's exact outputs ([`cityhash`]).
+//! * `cityHash64` with ClickHouse's exact outputs ([`cityhash`]);
+//! * `min` and `max` in place of DataFusion's, whose grouped float accumulators order NaN and
+//!   ±inf as the rest of the engine does ([`float_min_max`]).
 //!
 //! Not registered, but used by quiver-core's optimizer: [`distinct_count`], the grouped
 //! accumulator that replaces `count(DISTINCT x)` of an integer under a GROUP BY, and
@@ -26,6 +28,7 @@
 pub mod aggregates;
 pub mod cityhash;
 pub mod distinct_count;
+pub mod float_min_max;
 mod group_zero;
 pub mod numbers;
 pub mod scalars;
@@ -51,6 +54,8 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(ScalarUDF::from(function));
     }
     ctx.register_udf(ScalarUDF::from(cityhash::CityHash64::default()));
+    ctx.register_udaf(AggregateUDF::from(float_min_max::TotalOrderMinMax::min()));
+    ctx.register_udaf(AggregateUDF::from(float_min_max::TotalOrderMinMax::max()));
     for function in url::Domain::all() {
         ctx.register_udf(ScalarUDF::from(function));
     }
