@@ -353,7 +353,9 @@ pub(crate) fn replace_aggregates(
     let LogicalPlan::Aggregate(aggregate) = &plan else {
         return Ok(Transformed::no(plan));
     };
-    let keys = aggregate.group_expr.len();
+    // The aggregates' columns follow the keys' — with grouping sets, every key of every set
+    // and the grouping id (`ROLLUP(a)` is one expression but two columns).
+    let keys = aggregate.group_expr_len()?;
     let mut changed = false;
     let mut aggregates = Vec::with_capacity(aggregate.aggr_expr.len());
     for (index, expr) in aggregate.aggr_expr.iter().enumerate() {

@@ -42,6 +42,7 @@ pub mod statement;
 pub mod suggest;
 pub mod table_functions;
 pub mod topk;
+pub mod unsigned_literals;
 pub mod widen_aggregates;
 
 pub use datafusion;

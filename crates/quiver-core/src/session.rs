@@ -11,7 +11,7 @@ use datafusion::catalog::{
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::optimizer::Optimizer;
+use datafusion::optimizer::{Analyzer, Optimizer};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -195,10 +195,24 @@ impl Session {
             Arc::new(crate::conjunction::ConjunctionFilterRule),
             |s| s.conjunction_filter,
         ));
+        // Semantics, not an optimization, so behind no switch: integer literals next to UInt64
+        // become UInt64 before DataFusion's type coercion would turn both into
+        // Decimal128(20, 0) (`unsigned_literals.rs`). It must run before `type_coercion`
+        // (`with_analyzer_rule` would append it after).
+        let mut analyzer_rules = Analyzer::new().rules;
+        let before_type_coercion = analyzer_rules
+            .iter()
+            .position(|rule| rule.name() == "type_coercion")
+            .unwrap_or(analyzer_rules.len());
+        analyzer_rules.insert(
+            before_type_coercion,
+            Arc::new(crate::unsigned_literals::UnsignedLiterals),
+        );
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_analyzer_rules(analyzer_rules)
             .with_optimizer_rules(logical_rules)
             .with_physical_optimizer_rules(rules)
             .build();
