@@ -34,6 +34,7 @@ pub mod literal_compare;
 pub mod metrics;
 pub mod nan_safe_parquet;
 mod narrow;
+pub mod not_in_subquery;
 pub mod result;
 pub mod session;
 pub mod settings;

@@ -143,6 +143,10 @@ impl Session {
         // COUNT(DISTINCT) under a GROUP BY becomes one table of (group, value) pairs, and the
         // mixed string cases become two GROUP BYs as well.
         let mut logical_rules = Optimizer::new().rules;
+        // First of all, and behind no switch: DataFusion 55 answers most NOT IN subqueries
+        // wrongly (apache/datafusion#25336, #25347, #25473); they are rewritten before its
+        // set-comparison and decorrelation rules see them (`not_in_subquery.rs`).
+        logical_rules.insert(0, Arc::new(crate::not_in_subquery::QuiverNotInSubquery));
         let before_single_distinct = logical_rules
             .iter()
             .position(|rule| rule.name() == "single_distinct_aggregation_to_group_by")
