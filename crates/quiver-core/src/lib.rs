@@ -45,6 +45,7 @@ pub mod table_functions;
 pub mod topk;
 pub mod unsigned_literals;
 pub mod widen_aggregates;
+pub mod zoned_casts;
 
 pub use datafusion;
 pub use error::{QuiverError, Result};

@@ -113,6 +113,10 @@ impl Session {
         settings.sql_parser.enable_ident_normalization = false;
         // COPY TO 'x.parquet' and file listings should behave like DuckDB's.
         settings.execution.keep_partition_by_columns = false;
+        // TIMESTAMPTZ means Timestamp(_, "UTC"), as in Postgres with timezone = 'UTC': with no
+        // session zone, DataFusion makes it a naive timestamp and compares it with zoned
+        // columns at the wrong instant (apache/datafusion#25166).
+        settings.execution.time_zone = Some("UTC".into());
 
         let mut runtime = RuntimeEnvBuilder::new();
         if let Some(limit) = options.memory_limit {
@@ -217,6 +221,9 @@ impl Session {
             .with_runtime_env(runtime)
             .with_default_features()
             .with_analyzer_rules(analyzer_rules)
+            // After type coercion: comparisons of naive timestamps with zoned constants keep
+            // the cast the simplifier would drop (`zoned_casts.rs`, apache/datafusion#25095).
+            .with_analyzer_rule(Arc::new(crate::zoned_casts::ShieldNaiveToZonedCasts))
             .with_optimizer_rules(logical_rules)
             .with_physical_optimizer_rules(rules)
             .build();

@@ -27,7 +27,7 @@ use datafusion::common::{plan_err, Result};
 use datafusion::functions_aggregate::{
     any_value::any_value_udaf, array_agg::array_agg_udaf, average::avg_udaf, count::count_udaf,
     first_last::first_value_udaf, first_last::last_value_udaf,
-    percentile_cont::percentile_cont_udaf, sum::sum_udaf,
+    percentile_cont::percentile_cont_udaf,
 };
 use datafusion::logical_expr::expr::{AggregateFunction, NullTreatment};
 use datafusion::logical_expr::function::{AccumulatorArgs, AggregateFunctionSimplification};
@@ -59,7 +59,7 @@ impl Kind {
             Kind::AnyLast => last_value_udaf(),
             Kind::ArgMin | Kind::ArgMax => first_value_udaf(),
             Kind::GroupArray => array_agg_udaf(),
-            Kind::SumIf => sum_udaf(),
+            Kind::SumIf => crate::checked_sum::checked_sum_udaf(),
             Kind::AvgIf => avg_udaf(),
             Kind::Quantile => percentile_cont_udaf(),
         }

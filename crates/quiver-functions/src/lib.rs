@@ -14,7 +14,9 @@
 //!   `replaceRegexpAll`, `domain`, ...) ([`scalars`], [`url`]);
 //! * `cityHash64` with ClickHouse's exact outputs ([`cityhash`]);
 //! * `min` and `max` in place of DataFusion's, whose grouped float accumulators order NaN and
-//!   ±inf as the rest of the engine does ([`float_min_max`]).
+//!   ±inf as the rest of the engine does ([`float_min_max`]); `sum` in place of DataFusion's,
+//!   whose decimal sums overflowed silently ([`checked_sum`]); `to_timestamp*` whose results
+//!   carry the zone they declare ([`to_timestamp`]).
 //!
 //! Not registered, but used by quiver-core's optimizer: [`distinct_count`], the grouped
 //! accumulator that replaces `count(DISTINCT x)` of an integer under a GROUP BY, and
@@ -26,12 +28,14 @@
 //! the lowercase spelling as an alias.
 
 pub mod aggregates;
+pub mod checked_sum;
 pub mod cityhash;
 pub mod distinct_count;
 pub mod float_min_max;
 mod group_zero;
 pub mod numbers;
 pub mod scalars;
+pub mod to_timestamp;
 pub mod uniq;
 pub mod url;
 pub mod widening;
@@ -54,6 +58,11 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(ScalarUDF::from(function));
     }
     ctx.register_udf(ScalarUDF::from(cityhash::CityHash64::default()));
+    // DataFusion's own, replaced where they answer wrongly (inherited bugs of DataFusion 55).
+    ctx.register_udaf(AggregateUDF::from(checked_sum::CheckedSum::new()));
+    for function in to_timestamp::ZonedToTimestamp::all(ctx.copied_config().options()) {
+        ctx.register_udf(ScalarUDF::from(function));
+    }
     ctx.register_udaf(AggregateUDF::from(float_min_max::TotalOrderMinMax::min()));
     ctx.register_udaf(AggregateUDF::from(float_min_max::TotalOrderMinMax::max()));
     for function in url::Domain::all() {
