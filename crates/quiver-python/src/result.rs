@@ -11,6 +11,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use arrow::ffi_stream::FFI_ArrowArrayStream;
 use arrow::record_batch::RecordBatchReader;
+use futures::FutureExt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 use quiver_core::format::{format_batches, FormatOptions};
@@ -298,9 +299,16 @@ impl Rebatcher {
                     Ok(runtime) => runtime,
                     Err(e) => return Some(Err(ArrowError::ExternalError(Box::new(e)))),
                 };
-                runtime
-                    .block_on(result.next_batch())
-                    .map(|batch| batch.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+                // A panic while the consumer pulls is an error of the stream, not a crash.
+                let next = std::panic::AssertUnwindSafe(result.next_batch()).catch_unwind();
+                match runtime.block_on(next) {
+                    Ok(batch) => {
+                        batch.map(|batch| batch.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+                    }
+                    Err(panic) => Some(Err(ArrowError::ExternalError(Box::new(
+                        runtime::panicked(panic),
+                    )))),
+                }
             }
         }
     }

@@ -1,10 +1,13 @@
 //! One tokio runtime for the extension, and the one way Python waits for it: with the GIL
 //! released, checking for Ctrl-C every 100 ms.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use futures::FutureExt;
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
@@ -80,12 +83,15 @@ where
 {
     let runtime = runtime()?;
     let mut reported = false;
+    // A panic in the query (a bug, ours or DataFusion's, in code polled on this thread) must
+    // not cross into Python as a `PanicException`, which `except Exception` does not catch.
+    let future = AssertUnwindSafe(future).catch_unwind();
     let output = py.detach(|| {
         runtime.block_on(async {
             tokio::pin!(future);
             loop {
                 tokio::select! {
-                    output = &mut future => return output,
+                    output = &mut future => return output.unwrap_or_else(|panic| Err(panicked(panic))),
                     _ = tick() => {
                         Python::attach(|py| {
                             py.check_signals()?;
@@ -111,4 +117,16 @@ where
         py.check_signals()?;
     }
     output
+}
+
+/// A panic's payload as `quiver.InternalError`.
+pub fn panicked(payload: Box<dyn Any + Send>) -> PyErr {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string());
+    internal_error(format!(
+        "internal error (a bug in quiver; please report it): {message}"
+    ))
 }
