@@ -96,8 +96,18 @@ slt-complete: ## Rewrite the .slt expected results from quiver's output (review 
 	$(CARGO) test --profile $(PROFILE) --workspace --test sqllogictests -- $(FILTER) --complete
 
 .PHONY: test-python
-test-python: venv python ## The Python package's pytest suites
+# `postgres`: the TPC-H tests load the standard DDL into a private server of their own.
+test-python: venv python postgres ## The Python package's pytest suites (with a fixed-seed slice of the fuzzer)
 	PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests
+
+.PHONY: fuzz
+fuzz: venv python ## Random queries against DuckDB, TLP and NoREC, new seeds for FUZZ_SECONDS (default 600); failures as .slt cases in FUZZ_OUT
+	PYTHONPATH=$(CURDIR)/python:$(CURDIR)/python/tests $(PYTHON) -m sqlfuzz --seconds $(or $(FUZZ_SECONDS),600) \
+	    --seed $(or $(SEED),$$(date +%s)) --out $(or $(FUZZ_OUT),$(CURDIR)/target-fuzz)
+
+.PHONY: tpch-full
+tpch-full: venv python postgres ## TPC-H's 22 queries at SF 0.01, 0.1 and 1 over every source, quiver's optimizations on and off
+	QUIVER_TPCH_FULL=1 PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests/test_tpch.py
 
 .PHONY: lint-python
 lint-python: venv ## ruff: lint and format check of the Python code
@@ -110,4 +120,4 @@ test: fmt-check test-rust clippy test-python lint-python ## Everything CI runs: 
 .PHONY: clean
 clean: ## Remove build outputs and demo files
 	$(CARGO) clean
-	rm -rf $(DEMO_DIR) $(VENV) python/quiver/_quiver.abi3.so
+	rm -rf $(DEMO_DIR) $(VENV) python/quiver/_quiver.abi3.so target-fuzz

@@ -1,0 +1,35 @@
+-- TPC-H Q15, Top Supplier: the query text of the TPC-H specification (clause 2.4.15) with its
+-- qualification parameter DATE = 1996-01-01.
+-- Adjustment: the view revenue0 is a WITH clause instead of CREATE VIEW ... / DROP VIEW (as in
+-- DuckDB's tpch_queries()), so the query is one statement and leaves nothing behind.
+with revenue0 (supplier_no, total_revenue) as (
+    select
+        l_suppkey,
+        sum(l_extendedprice * (1 - l_discount))
+    from
+        lineitem
+    where
+        l_shipdate >= date '1996-01-01'
+        and l_shipdate < date '1996-01-01' + interval '3' month
+    group by
+        l_suppkey
+)
+select
+    s_suppkey,
+    s_name,
+    s_address,
+    s_phone,
+    total_revenue
+from
+    supplier,
+    revenue0
+where
+    s_suppkey = supplier_no
+    and total_revenue = (
+        select
+            max(total_revenue)
+        from
+            revenue0
+    )
+order by
+    s_suppkey;
