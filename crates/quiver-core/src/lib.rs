@@ -39,6 +39,7 @@ pub mod result;
 pub mod session;
 pub mod settings;
 pub mod side;
+pub mod sort_keys;
 pub mod statement;
 pub mod suggest;
 pub mod table_functions;

@@ -151,6 +151,13 @@ impl Session {
         // wrongly (apache/datafusion#25336, #25347, #25473); they are rewritten before its
         // set-comparison and decorrelation rules see them (`not_in_subquery.rs`).
         logical_rules.insert(0, Arc::new(crate::not_in_subquery::QuiverNotInSubquery));
+        // ORDER BY keeps the keys DataFusion would drop through functional dependencies a join
+        // broke (`sort_keys.rs`).
+        for rule in logical_rules.iter_mut() {
+            if rule.name() == crate::sort_keys::REPLACES {
+                *rule = Arc::new(crate::sort_keys::ExactSortKeys);
+            }
+        }
         let before_single_distinct = logical_rules
             .iter()
             .position(|rule| rule.name() == "single_distinct_aggregation_to_group_by")

@@ -16,8 +16,9 @@
 //! which are semantics, not speed, and run behind no switch: NOT IN subqueries
 //! (`not_in_subquery`), integer literals next to `UInt64` (`unsigned_literals`), float
 //! statistics of Parquet files (`nan_safe_parquet`), Top-K aggregation over floats
-//! (`float_topk`), naive timestamps compared with zoned constants (`zoned_casts`), and the
-//! `sum`, `min` and `max` functions that replace DataFusion's.
+//! (`float_topk`), naive timestamps compared with zoned constants (`zoned_casts`), ORDER BY
+//! keys kept through broken functional dependencies (`sort_keys`), and the `sum`, `min` and
+//! `max` functions that replace DataFusion's.
 //!
 //! Every quiver rule is registered wrapped in a [`Gated`] (physical) or [`GatedLogical`]
 //! (logical) rule, which reads the session's [`QuiverOptions`] each time it runs, so a `SET`
