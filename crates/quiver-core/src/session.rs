@@ -117,6 +117,9 @@ impl Session {
         // session zone, DataFusion makes it a naive timestamp and compares it with zoned
         // columns at the wrong instant (apache/datafusion#25166).
         settings.execution.time_zone = Some("UTC".into());
+        // MIN/MAX's run-time filter prunes row groups the query's other aggregates still need
+        // (apache/datafusion#24816: `SELECT min(g), max(x + 1)` over Parquet answered wrongly).
+        settings.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
 
         let mut runtime = RuntimeEnvBuilder::new();
         if let Some(limit) = options.memory_limit {
