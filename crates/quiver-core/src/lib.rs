@@ -21,6 +21,7 @@ mod aggregate_clauses;
 mod attach;
 pub mod conjunction;
 pub mod database;
+pub mod decimal_literals;
 mod default_values;
 pub mod distinct_groups;
 pub mod error;

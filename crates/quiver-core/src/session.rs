@@ -215,16 +215,20 @@ impl Session {
         ));
         // Semantics, not an optimization, so behind no switch: integer literals next to UInt64
         // become UInt64 before DataFusion's type coercion would turn both into
-        // Decimal128(20, 0) (`unsigned_literals.rs`). It must run before `type_coercion`
-        // (`with_analyzer_rule` would append it after).
+        // Decimal128(20, 0) (`unsigned_literals.rs`), and float literals compared with a
+        // decimal become the decimal they spell (`decimal_literals.rs`). Both must run before
+        // `type_coercion` (`with_analyzer_rule` would append them after).
         let mut analyzer_rules = Analyzer::new().rules;
         let before_type_coercion = analyzer_rules
             .iter()
             .position(|rule| rule.name() == "type_coercion")
             .unwrap_or(analyzer_rules.len());
-        analyzer_rules.insert(
-            before_type_coercion,
-            Arc::new(crate::unsigned_literals::UnsignedLiterals),
+        analyzer_rules.splice(
+            before_type_coercion..before_type_coercion,
+            [
+                Arc::new(crate::unsigned_literals::UnsignedLiterals) as _,
+                Arc::new(crate::decimal_literals::DecimalLiterals) as _,
+            ],
         );
         let state = SessionStateBuilder::new()
             .with_config(config)

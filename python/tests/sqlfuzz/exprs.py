@@ -168,10 +168,9 @@ class ExprGenerator:
         raise ValueError(kind)
 
     def decimal_sql(self, text: str) -> str:
-        """A decimal literal. DataFusion types `19.99` as a DOUBLE (DuckDB: DECIMAL) and
-        compares a DECIMAL column with it by casting the double's exact binary value to a
-        decimal, so `d = 19.99` misses the row holding 19.99 (findings: decimal literals);
-        the DuckDB comparison writes the literal as a decimal."""
+        """A decimal literal. DataFusion types `19.99` as a DOUBLE (DuckDB: DECIMAL); quiver
+        compares a DECIMAL with it as the decimal written (`decimal_literals.rs`), but
+        arithmetic with it stays float, so the DuckDB comparison spells out a decimal."""
         return f"CAST('{text}' AS DECIMAL(20, 6))" if self.duck else text
 
     # --- scalar expressions ---------------------------------------------------------------------
