@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod nan_safe_parquet;
 mod narrow;
 pub mod not_in_subquery;
+pub mod pushdown_guard;
 pub mod result;
 pub mod session;
 pub mod settings;

@@ -136,6 +136,15 @@ impl Session {
         // radix GROUP BY for many keys, Top-K over wide Parquet scans reading the wide
         // columns late, and filters comparing string views by their views.
         let mut rules = PhysicalOptimizer::new().rules;
+        // Semantics, behind no switch: DataFusion's filter pushdown kept out of nodes whose
+        // schema repeats a column name, which it would remap by name (`pushdown_guard.rs`).
+        for rule in rules.iter_mut() {
+            if crate::pushdown_guard::is_filter_pushdown(rule.as_ref()) {
+                *rule = Arc::new(crate::pushdown_guard::GuardedFilterPushdown::new(
+                    Arc::clone(rule),
+                ));
+            }
+        }
         let after_join_selection = rules
             .iter()
             .position(|rule| rule.name() == "join_selection")

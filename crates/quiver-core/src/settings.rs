@@ -15,7 +15,8 @@
 //! they are what is queried, not how. So are quiver's fixes of DataFusion's wrong answers,
 //! which are semantics, not speed, and run behind no switch: NOT IN subqueries
 //! (`not_in_subquery`), integer literals next to `UInt64` (`unsigned_literals`), float
-//! literals compared with decimals (`decimal_literals`), float statistics of Parquet files (`nan_safe_parquet`), Top-K aggregation over floats
+//! literals compared with decimals (`decimal_literals`), filters pushed by a column name a
+//! schema repeats (`pushdown_guard`), float statistics of Parquet files (`nan_safe_parquet`), Top-K aggregation over floats
 //! (`float_topk`), naive timestamps compared with zoned constants (`zoned_casts`), ORDER BY
 //! keys kept through broken functional dependencies (`sort_keys`), and the `sum`, `min` and
 //! `max` functions that replace DataFusion's.
