@@ -24,6 +24,14 @@ takes about a minute, so one pass per engine can put one engine in a slow phase 
 a fast one. The passes therefore run `--rounds` times (default 2), the engines in reverse order
 in every other round, each pass in a fresh process; a query's hot time is the best over every
 round's hot runs, its first-run time the best of the rounds' first runs.
+
+Answers are checked: each engine's first result of a query is reduced to a fingerprint — its
+row count and the sorted values, rounded to 6 significant digits, of its numeric columns: all
+of them without a LIMIT; with one, those named in the ORDER BY (where `ORDER BY c DESC LIMIT
+10` cuts through ties, the other columns of the tied rows legitimately differ between engines,
+the ten values of `c` do not) — and compared with DuckDB's. A time whose answer differs is
+marked `≠` in the table and listed under it; a mark needs explaining before the time means
+anything.
 Results: benchmarks/results/clickbench_pandas.{md,json,png}.
 """
 
@@ -133,6 +141,40 @@ def connect(engine: str, hits):
     return run, setup
 
 
+def fingerprint(result, query: str) -> list:
+    """A result reduced to what every correct engine agrees on (see the module's notes)."""
+    import re
+
+    import pyarrow as pa
+
+    upper = query.upper()
+    keys = None  # every numeric column
+    if " LIMIT " in upper:
+        order = re.search(r"ORDER BY (.*?)(?: LIMIT |$)", query, re.IGNORECASE)
+        keys = set()
+        if order:
+            for key in order.group(1).split(","):
+                keys.add(re.sub(r"\s+(ASC|DESC)$", "", key.strip(), flags=re.IGNORECASE).lower())
+    if result is None:
+        return [0]
+    if isinstance(result, list):  # DataFusion: record batches
+        result = pa.Table.from_batches(result) if result else pa.table({})
+    elif not isinstance(result, pa.Table):  # Polars
+        result = result.to_arrow()
+    shape: list = [result.num_rows]
+    # What each engine calls the column of `COUNT(*)`.
+    counts = {"count_star()": "count(*)", "count()": "count(*)", "len": "count(*)"}
+    for name, column in zip(result.column_names, result.columns):
+        name = counts.get(name.lower(), name.lower())
+        if keys is not None and name not in keys:
+            continue
+        kind = column.type
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            values = [None if v is None else float(f"{float(v):.6g}") for v in column.to_pylist()]
+            shape.append(sorted(values, key=lambda v: (v is None, v if v is not None else 0)))
+    return shape
+
+
 def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) -> dict:
     hits = load_frame(rows, variant)
     queries = load_queries()
@@ -140,9 +182,11 @@ def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) 
 
     first: list[float | None] = []
     hot: list[float | None] = []
+    answers: list = []
     for number in numbers:
         query = queries[number]
         times = []
+        answer = None
         try:
             # The first run, then at least `runs` hot ones; a query of a few milliseconds,
             # for which 3 runs are too few samples on this machine, gets more hot runs (up to
@@ -151,16 +195,29 @@ def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) 
                 sum(times[1:]) < HOT_BUDGET and len(times) < HOT_MAX + 1
             ):
                 started = time.perf_counter()
-                run(query)
+                result = run(query)
                 times.append(time.perf_counter() - started)
+                if answer is None:
+                    answer = fingerprint(result, query)
         except Exception as error:  # a failure is reported, not fatal
             print(f"  {engine}/{variant} Q{number}: failed: {str(error)[:160]}", file=sys.stderr)
             first.append(None)
             hot.append(None)
+            answers.append(None)
             continue
         first.append(times[0] + (setup if not first or all(f is None for f in first) else 0.0))
         hot.append(min(times[1:]))
-    return {"first": first, "hot": hot, "setup": setup}
+        answers.append(answer)
+    return {"first": first, "hot": hot, "setup": setup, "answers": answers}
+
+
+def differs(engines: dict, name: str, k: int) -> bool:
+    """Whether `name`'s answer to the k-th query differs from DuckDB's."""
+    reference = engines.get("duckdb", {}).get("answers")
+    mine = engines[name].get("answers")
+    if not reference or not mine or reference[k] is None or mine[k] is None:
+        return False
+    return reference[k] != mine[k]
 
 
 def versions() -> dict[str, str]:
@@ -198,7 +255,8 @@ def report(results: dict, numbers: list[int], rows: int, runs: int, rounds: int)
             cells = []
             for name in names:
                 value = engines[name]["hot"][k]
-                cells.append("fail" if value is None else seconds(value))
+                mark = " ≠" if differs(engines, name, k) else ""
+                cells.append("fail" if value is None else seconds(value) + mark)
             mine = engines.get("quiver", {}).get("hot", [None] * len(numbers))[k]
             peers = [
                 engines[n]["hot"][k]
@@ -221,6 +279,16 @@ def report(results: dict, numbers: list[int], rows: int, runs: int, rounds: int)
                 + " | ".join(f"**{totals[n]:.2f}**" for n in names)
                 + f" | **{ratio}** |"
             )
+        wrong = [
+            f"{name} Q{number}"
+            for name in names
+            for k, number in enumerate(numbers)
+            if differs(engines, name, k)
+        ]
+        lines += [
+            "",
+            "Answers differing from DuckDB's (≠): " + (", ".join(wrong) if wrong else "none") + ".",
+        ]
         # Against each peer, over the queries both ran.
         lines.append("")
         for name in names:
@@ -307,7 +375,12 @@ def best_of(earlier: dict | None, later: dict) -> dict:
     return {
         kind: [better(a, b) for a, b in zip(earlier[kind], later[kind])]
         for kind in ("first", "hot")
-    } | {"setup": min(earlier["setup"], later["setup"])}
+    } | {
+        "setup": min(earlier["setup"], later["setup"]),
+        "answers": [
+            a if a is not None else b for a, b in zip(earlier["answers"], later["answers"])
+        ],
+    }
 
 
 def main() -> None:
