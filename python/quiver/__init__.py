@@ -16,19 +16,45 @@ import _thread
 import atexit
 
 from quiver._result import Result
+from quiver.dbapi import (
+    BINARY,
+    DATETIME,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Cursor,
+    Date,
+    DateFromTicks,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+    apilevel,
+    paramstyle,
+    threadsafety,
+)
 from quiver.errors import (
     CatalogError,
     ConversionError,
+    DatabaseDirectoryError,
     DatabaseError,
+    DataError,
     Error,
     ExecutionError,
+    IntegrityError,
+    InterfaceError,
     InternalError,
     InvalidInputError,
     IOError,
     NotImplementedError,
+    NotSupportedError,
+    OperationalError,
     OutOfMemoryError,
     ParserError,
+    ProgrammingError,
     QueryCancelled,
+    Warning,
 )
 
 # Not `from typing import TYPE_CHECKING`: importing typing costs ~10 ms at `import quiver`.
@@ -39,25 +65,49 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "BINARY",
+    "DATETIME",
+    "NUMBER",
+    "ROWID",
+    "STRING",
+    "Binary",
     "CatalogError",
     "Connection",
     "ConversionError",
+    "Cursor",
+    "DataError",
+    "DatabaseDirectoryError",
     "DatabaseError",
+    "Date",
+    "DateFromTicks",
     "Error",
     "ExecutionError",
     "IOError",
+    "IntegrityError",
+    "InterfaceError",
     "InternalError",
     "InvalidInputError",
     "NotImplementedError",
+    "NotSupportedError",
+    "OperationalError",
     "OutOfMemoryError",
     "ParserError",
+    "ProgrammingError",
     "QueryCancelled",
     "Result",
+    "Time",
+    "TimeFromTicks",
+    "Timestamp",
+    "TimestampFromTicks",
+    "Warning",
+    "apilevel",
     "connect",
+    "paramstyle",
     "query",
     "register",
     "set_progress_bar",
     "sql",
+    "threadsafety",
     "unregister",
 ]
 
@@ -65,10 +115,12 @@ __all__ = [
 class Connection:
     """A quiver session: in memory, or over a persistent database directory.
 
-    Several threads may run queries on one connection at once; they run in parallel.
+    Several threads may run queries on one connection at once; they run in parallel. It is
+    also a PEP 249 connection (see :mod:`quiver.dbapi`): ``cursor()``, ``commit()``,
+    ``rollback()``, ``close()``.
     """
 
-    __slots__ = ("__weakref__", "_connection")
+    __slots__ = ("__weakref__", "_changed", "_connection")
 
     def __init__(
         self,
@@ -80,21 +132,58 @@ class Connection:
         from quiver import _quiver
 
         self._connection = _quiver.Connection(database, read_only, threads)
+        # Whether a statement changed something since the last commit() or rollback().
+        self._changed = False
 
     def sql(self, query: str, params: Any = None, *, _depth: int = 1) -> Result:
         """Runs ``query`` (several ``;``-separated statements run in order; the last one's
-        result is returned). ``params`` fills ``$name`` placeholders from a dict or ``$1``,
-        ``$2``... from a list. Table names not in the catalog are looked up among the caller's
-        variables."""
+        result is returned). ``params`` fills ``?`` and ``$1``, ``$2``... placeholders from a
+        list or tuple, and ``$name`` ones from a dict. Table names not in the catalog are
+        looked up among the caller's variables."""
+        from quiver._params import Placeholders
         from quiver._scope import Resolver
 
+        native = self._check()
+        placeholders = Placeholders(query)
+        placeholders.check(params)
         resolver = Resolver(_depth)
         try:
-            return Result(self._connection.execute(query, params, resolver))
+            result = Result(native.execute(placeholders.sql, params, resolver))
         finally:
             resolver.close()
+        if not result._handle.returns_rows:
+            self._changed = True
+        return result
 
     execute = sql
+
+    def cursor(self) -> Cursor:
+        """A new DB-API cursor on this connection."""
+        self._check()
+        return Cursor(self)
+
+    def commit(self) -> None:
+        """Nothing to do: every statement commits when it completes (see :mod:`quiver.dbapi`)."""
+        self._check()
+        self._changed = False
+
+    def rollback(self) -> None:
+        """Succeeds if no statement changed anything since the last ``commit()`` or
+        ``rollback()``; otherwise raises ``NotSupportedError``: those statements committed
+        when they completed and cannot be undone."""
+        self._check()
+        if self._changed:
+            raise NotSupportedError(
+                "rollback: quiver commits every statement when it completes and has no "
+                "multi-statement transactions, so the changes made since the last commit() "
+                "cannot be undone"
+            )
+
+    def _check(self) -> Any:
+        native = self._connection
+        if native is None:
+            raise ProgrammingError("the connection is closed")
+        return native
 
     def query(
         self, query: str, output_format: str = "CSV", params: Any = None, *, _depth: int = 1
@@ -115,19 +204,20 @@ class Connection:
     def register(self, name: str, obj: Any) -> None:
         """Makes ``obj`` (a DataFrame, Arrow table, NumPy array, ...) queryable as ``name``.
         A registered name wins over a variable of the same name."""
-        self._connection.register(name, obj)
+        self._check().register(name, obj)
 
     def unregister(self, name: str) -> None:
         """Removes a registered object."""
-        self._connection.unregister(name)
+        self._check().unregister(name)
 
     def tables(self) -> list[str]:
         """Names of the tables and views in the default schema."""
-        return self._connection.table_names()
+        return self._check().table_names()
 
     def close(self) -> None:
         """Releases the session (a persistent database's lock is released when the last
-        result of the connection is gone)."""
+        result of the connection is gone). Closing twice is harmless; anything else on a
+        closed connection, or on its cursors, raises ``ProgrammingError``."""
         self._connection = None
 
     def __enter__(self) -> Connection:

@@ -1,16 +1,22 @@
 //! [`Session`]: a DataFusion `SessionContext` configured the way quiver's users expect, with
 //! quiver's catalogs and functions, in memory or over a persistent database directory.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow::datatypes::DataType;
 use datafusion::catalog::{
     CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider, SchemaProvider,
 };
+use datafusion::common::metadata::ScalarAndMetadata;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::ParamValues;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::expr::Placeholder;
+use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::optimizer::{Analyzer, Optimizer};
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::execute_stream;
@@ -358,6 +364,7 @@ impl Session {
             words = None;
         }
         self.refuse_drop_when_read_only(&inner)?;
+        refuse_transactions(&inner)?;
         let external = options.external;
         let params = options.params;
         // Dropped at the end of this function: the plan holds the providers from then on.
@@ -447,6 +454,7 @@ impl Session {
             .await
             .map_err(QuiverError::from)?;
         if let Some(params) = params {
+            let params = cast_values_params(&plan, params)?;
             plan = plan.with_param_values(params).map_err(QuiverError::from)?;
         }
         if QuiverOptions::of(state.config_options()).enabled(|s| s.postgres_join_pushdown) {
@@ -489,4 +497,87 @@ impl Session {
         }
         Ok(None)
     }
+}
+
+/// quiver commits each statement when it completes (and each statement is atomic: in memory
+/// its rows are appended at the end, in a database directory its files are published by one
+/// catalog rename), but there are no multi-statement transactions. `BEGIN`, `COMMIT` and
+/// `ROLLBACK` say so rather than DataFusion's "Unsupported logical plan".
+fn refuse_transactions(statement: &DFStatement) -> Result<()> {
+    let DFStatement::Statement(inner) = statement else {
+        return Ok(());
+    };
+    let word = match inner.as_ref() {
+        SqlStatement::StartTransaction { .. } => "BEGIN",
+        SqlStatement::Commit { .. } => "COMMIT",
+        SqlStatement::Rollback { .. } => "ROLLBACK",
+        SqlStatement::Savepoint { .. } | SqlStatement::ReleaseSavepoint { .. } => "SAVEPOINT",
+        _ => return Ok(()),
+    };
+    Err(QuiverError::NotImplemented(format!(
+        "{word}: quiver has no multi-statement transactions; every statement commits when it \
+         completes, and is atomic on its own"
+    )))
+}
+
+/// A parameter that fills a VALUES row takes the type the planner inferred for its placeholder
+/// (an INSERT's target column). DataFusion substitutes the value as a literal of its own type
+/// and then re-infers the VALUES list's column types from the literals, without casting to the
+/// table's: `INSERT INTO t VALUES ($1)` with NULL appended a column of Arrow type Null, and with
+/// the text '2024-01-02' for a DATE column a Utf8 column, under a table schema that says
+/// otherwise (Arrow consumers then refuse to read the table, or read 2^40 in an INT column as
+/// 0). A value that does not fit its column is a `ConversionError`, as the same literal is.
+fn cast_values_params(plan: &LogicalPlan, params: ParamValues) -> Result<ParamValues> {
+    let mut types: HashMap<String, Option<DataType>> = HashMap::new();
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Values(values) = node {
+            for expr in values.values.iter().flatten() {
+                if let Expr::Placeholder(Placeholder { id, field }) = expr {
+                    let data_type = field.as_ref().map(|f| f.data_type().clone());
+                    types
+                        .entry(id.clone())
+                        // The same placeholder in two columns of different types: leave it.
+                        .and_modify(|known| {
+                            if *known != data_type {
+                                *known = None
+                            }
+                        })
+                        .or_insert(data_type);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(QuiverError::from)?;
+    if types.is_empty() {
+        return Ok(params);
+    }
+    let cast = |id: String, value: ScalarAndMetadata| -> Result<ScalarAndMetadata> {
+        let Some(Some(data_type)) = types.get(&id) else {
+            return Ok(value);
+        };
+        if value.value.data_type() == *data_type {
+            return Ok(value);
+        }
+        match value.value.cast_to(data_type) {
+            Ok(cast) => Ok(ScalarAndMetadata::new(cast, value.metadata)),
+            Err(error) => Err(QuiverError::Conversion(format!(
+                "parameter {id}: cannot cast {} to {data_type}: {error}",
+                value.value
+            ))),
+        }
+    };
+    Ok(match params {
+        ParamValues::List(list) => ParamValues::List(
+            list.into_iter()
+                .enumerate()
+                .map(|(index, value)| cast(format!("${}", index + 1), value))
+                .collect::<Result<_>>()?,
+        ),
+        ParamValues::Map(map) => ParamValues::Map(
+            map.into_iter()
+                .map(|(name, value)| Ok((name.clone(), cast(format!("${name}"), value)?)))
+                .collect::<Result<_>>()?,
+        ),
+    })
 }

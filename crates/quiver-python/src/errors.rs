@@ -37,7 +37,7 @@ pub fn to_py(error: QuiverError) -> PyErr {
             QuiverError::Conversion(_) => "ConversionError",
             QuiverError::Io(_) => "IOError",
             QuiverError::Format(_) => "InvalidInputError",
-            QuiverError::Database(_) => "DatabaseError",
+            QuiverError::Database(_) => "DatabaseDirectoryError",
             QuiverError::Cancelled => "QueryCancelled",
             QuiverError::NotImplemented(_) => "NotImplementedError",
             QuiverError::ResourcesExhausted(_) => "OutOfMemoryError",

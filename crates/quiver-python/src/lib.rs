@@ -145,13 +145,10 @@ impl Connection {
                     let result = session.execute_with(statement, options).await?;
                     last = Some(if index + 1 < count || !result.returns_rows() {
                         // Statements before the last, and DDL/DML, run to completion now.
-                        let finished = ResultHandle::finished(
-                            result.schema(),
-                            result.format(),
-                            result.returns_rows(),
-                        );
-                        result.collect().await?;
-                        finished
+                        let (schema, format) = (result.schema(), result.format());
+                        let returns_rows = result.returns_rows();
+                        let batches = result.collect().await?;
+                        ResultHandle::finished(schema, format, returns_rows, &batches)
                     } else {
                         ResultHandle::new(result)
                     });

@@ -83,6 +83,20 @@ fn scalar(name: &str, value: &Bound<'_, PyAny>) -> PyResult<ScalarValue> {
             ScalarValue::try_from_string(text, &datafusion::arrow::datatypes::DataType::Date32)
                 .map_err(|e| invalid_input(format!("parameter {name}: {e}")))
         }
+        ("datetime", "time") => {
+            // DB-API's `Time`: microseconds since midnight. A UTC offset has no SQL TIME type
+            // to go to, so it is refused rather than dropped.
+            if !value.getattr("tzinfo")?.is_none() {
+                return Err(invalid_input(format!(
+                    "parameter {name}: a time with a tzinfo is not supported (TIME has no time zone)"
+                )));
+            }
+            let part = |field: &str| -> PyResult<i64> { value.getattr(field)?.extract() };
+            let micros = ((part("hour")? * 60 + part("minute")?) * 60 + part("second")?)
+                * 1_000_000
+                + part("microsecond")?;
+            Ok(ScalarValue::Time64Microsecond(Some(micros)))
+        }
         ("decimal", "Decimal") => {
             let text: String = value.str()?.extract()?;
             let (digits, scale) = match text.split_once('.') {
@@ -103,7 +117,7 @@ fn scalar(name: &str, value: &Bound<'_, PyAny>) -> PyResult<ScalarValue> {
         }
         _ => Err(invalid_input(format!(
             "parameter {name}: values of type {module}.{type_name} are not supported \
-             (use None, bool, int, float, str, bytes, Decimal, date or datetime)"
+             (use None, bool, int, float, str, bytes, Decimal, date, time or datetime)"
         ))),
     }
 }

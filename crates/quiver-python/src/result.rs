@@ -32,6 +32,8 @@ enum State {
 pub struct ResultHandle {
     schema: SchemaRef,
     returns_rows: bool,
+    /// Rows inserted, updated or deleted, for a DML statement that reported them.
+    rows_affected: Option<u64>,
     format: Option<OutputFormat>,
     state: Mutex<State>,
     stats: Mutex<Option<QueryStats>>,
@@ -53,6 +55,7 @@ impl ResultHandle {
         ResultHandle {
             schema: result.schema(),
             returns_rows: result.returns_rows(),
+            rows_affected: None,
             format: result.format(),
             state: Mutex::new(State::Running(result)),
             stats: Mutex::new(None),
@@ -142,6 +145,13 @@ impl ResultHandle {
     #[getter]
     fn returns_rows(&self) -> bool {
         self.returns_rows
+    }
+
+    /// Rows inserted, updated or deleted by a DML statement (`None` for other statements):
+    /// DB-API's `rowcount`.
+    #[getter]
+    fn rows_affected(&self) -> Option<u64> {
+        self.rows_affected
     }
 
     /// The name of the `FORMAT` the statement asked for, if any.
@@ -359,19 +369,44 @@ impl RecordBatchReader for Rebatcher {
 }
 
 impl ResultHandle {
-    /// The result of a statement that already ran to completion (DDL, DML, COPY).
+    /// The result of a statement that already ran to completion (DDL, DML, COPY); `batches`
+    /// are what it produced, kept only for the row count DML reports.
     pub fn finished(
         schema: SchemaRef,
         format: Option<OutputFormat>,
         returns_rows: bool,
+        batches: &[RecordBatch],
     ) -> ResultHandle {
         ResultHandle {
             schema,
             returns_rows,
+            rows_affected: dml_count(batches),
             format,
             state: Mutex::new(State::Done(Vec::new())),
             stats: Mutex::new(None),
             watcher: Mutex::new(None),
         }
     }
+}
+
+/// DataFusion's DML plans (INSERT, UPDATE, DELETE, COPY) produce one `count: UInt64` row; the
+/// sum of that column, or `None` for a statement with any other output.
+fn dml_count(batches: &[RecordBatch]) -> Option<u64> {
+    let mut total = None;
+    for batch in batches {
+        let schema = batch.schema();
+        let [field] = schema.fields().as_ref() else {
+            return None;
+        };
+        if field.name() != "count" {
+            return None;
+        }
+        let counts = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::UInt64Array>()?;
+        let sum: u64 = counts.iter().flatten().sum();
+        total = Some(total.unwrap_or(0) + sum);
+    }
+    total
 }
