@@ -29,7 +29,8 @@ Answers are checked: each engine's first result of a query is reduced to a finge
 row count and the sorted values, rounded to 6 significant digits, of its numeric columns: all
 of them without a LIMIT; with one, those named in the ORDER BY (where `ORDER BY c DESC LIMIT
 10` cuts through ties, the other columns of the tied rows legitimately differ between engines,
-the ten values of `c` do not) — and compared with DuckDB's. A time whose answer differs is
+the ten values of `c` do not) — and compared with DuckDB's (or, without DuckDB in the run, the
+first peer's). A time whose answer differs is
 marked `≠` in the table and listed under it; a mark needs explaining before the time means
 anything.
 Results: benchmarks/results/clickbench_pandas.{md,json,png}.
@@ -211,9 +212,16 @@ def worker(engine: str, variant: str, rows: int, runs: int, numbers: list[int]) 
     return {"first": first, "hot": hot, "setup": setup, "answers": answers}
 
 
+def reference_engine(engines: dict) -> str | None:
+    """The engine whose answers the others are checked against: DuckDB, else the first peer."""
+    if "duckdb" in engines:
+        return "duckdb"
+    return next((name for name in engines if name != "quiver"), None)
+
+
 def differs(engines: dict, name: str, k: int) -> bool:
-    """Whether `name`'s answer to the k-th query differs from DuckDB's."""
-    reference = engines.get("duckdb", {}).get("answers")
+    """Whether `name`'s answer to the k-th query differs from the reference engine's."""
+    reference = engines.get(reference_engine(engines), {}).get("answers")
     mine = engines[name].get("answers")
     if not reference or not mine or reference[k] is None or mine[k] is None:
         return False
@@ -287,7 +295,9 @@ def report(results: dict, numbers: list[int], rows: int, runs: int, rounds: int)
         ]
         lines += [
             "",
-            "Answers differing from DuckDB's (≠): " + (", ".join(wrong) if wrong else "none") + ".",
+            f"Answers differing from {reference_engine(engines)}'s (≠): "
+            + (", ".join(wrong) if wrong else "none")
+            + ".",
         ]
         # Against each peer, over the queries both ran.
         lines.append("")
