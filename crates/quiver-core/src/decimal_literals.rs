@@ -18,11 +18,12 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, Result, ScalarValue};
-use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{
     cast, Between, BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator,
 };
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::unsigned_literals::coercion_schema;
 
 /// Casts float literals compared with decimals to the decimal they spell.
 #[derive(Debug, Default)]
@@ -35,13 +36,7 @@ impl AnalyzerRule for DecimalLiterals {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            let mut schema = merge_schema(&node.inputs());
-            if let LogicalPlan::TableScan(scan) = &node {
-                schema.merge(&DFSchema::try_from_qualified_schema(
-                    scan.table_name.clone(),
-                    &scan.source.schema(),
-                )?);
-            }
+            let schema = coercion_schema(&node)?;
             // Comparisons are Boolean whatever their operands: no schema changes.
             node.map_expressions(|expr| expr.transform_up(|e| Ok(retype(e, &schema))))
         })

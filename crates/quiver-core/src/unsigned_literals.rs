@@ -93,19 +93,12 @@ fn analyze_plan(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     let inputs = plan.map_children(analyze_plan)?;
     let inputs_changed = inputs.transformed;
     let plan = inputs.data;
-    // The same schema TypeCoercion resolves the node's expressions against.
-    let mut schema = merge_schema(&plan.inputs());
+    let schema = coercion_schema(&plan)?;
     let subqueries = plan.map_subqueries(|subquery| {
         refresh_outer_references(subquery, &schema)?.transform_data(analyze_plan)
     })?;
     let subqueries_changed = subqueries.transformed;
     let plan = subqueries.data;
-    if let LogicalPlan::TableScan(scan) = &plan {
-        schema.merge(&DFSchema::try_from_qualified_schema(
-            scan.table_name.clone(),
-            &scan.source.schema(),
-        )?);
-    }
     // recompute_schema keeps a Values node's schema, so its rows must keep their types.
     let expressions = if matches!(plan, LogicalPlan::Values(_)) {
         Transformed::no(plan)
@@ -117,6 +110,19 @@ fn analyze_plan(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     } else {
         Ok(expressions)
     }
+}
+
+/// The schema DataFusion's TypeCoercion resolves `node`'s expressions against: its inputs'
+/// fields and, for a table scan, the table's (a pushed filter may use unprojected columns).
+pub(crate) fn coercion_schema(node: &LogicalPlan) -> Result<DFSchema> {
+    let mut schema = merge_schema(&node.inputs());
+    if let LogicalPlan::TableScan(scan) = node {
+        schema.merge(&DFSchema::try_from_qualified_schema(
+            scan.table_name.clone(),
+            &scan.source.schema(),
+        )?);
+    }
+    Ok(schema)
 }
 
 /// Retypes the expressions of `plan` (one node) whose operands resolve in `schema`.
