@@ -299,6 +299,23 @@ def test_tpch_answer(scale, source, optimizations, number, sources, duckdb_refer
     )
 
 
+@pytest.mark.parametrize("partitions", (1, 3, 8))
+@pytest.mark.parametrize("number", tpch.QUERY_NUMBERS, ids=lambda n: f"q{n:02d}")
+def test_tpch_partitions(partitions, number, sources, duckdb_reference):
+    """SF1 over Parquet with quiver's optimizations on, at target_partitions 1, 3 and 8 (the
+    other tests run at the machine's 2): quiver's operators switch on at SF1, and their
+    partitioning contracts are what a different number of partitions exercises."""
+    opened = sources.get("parquet", "1", None)
+    set_optimizations(opened.con, "on")
+    opened.con.sql(f"SET datafusion.execution.target_partitions = {partitions}")
+    try:
+        sql = tpch.query(number)
+        found = answers.difference(opened.run(sql), duckdb_reference.answer("1", number), sql)
+    finally:
+        opened.con.sql("RESET datafusion.execution.target_partitions")
+    assert not found, f"Q{number} at SF1, target_partitions {partitions}: {found}"
+
+
 @pytest.mark.parametrize(
     ("scale", "number"),
     [
